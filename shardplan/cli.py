@@ -1,0 +1,257 @@
+"""The ``shardplan`` command line.
+
+Every subcommand checks its input first; an :class:`~shardplan.errors.InputError`
+prints ``error: <field>: <problem> (<fix>)`` and exits with code 2, having
+written nothing. Output files are written atomically.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .errors import InputError
+
+COLLECT_POOLS = ("meta_synthetic", "criteo_kaggle", "criteo_terabyte", "mlperf_dlrmv2")
+DEFAULT_TASK = Path(__file__).resolve().parent.parent / "data" / "tasks" / "default.json"
+
+
+def _estimator(args: argparse.Namespace):
+    from .cost.estimator import load_estimator
+
+    return load_estimator(args.profile, getattr(args, "model", None))
+
+
+def _cmd_collect_compute(args: argparse.Namespace) -> int:
+    from .cost.collect import collect_compute
+    from .cost.profiles import get_profile
+    from .pools import load_pool
+
+    profile = get_profile(args.profile)
+    pool = [t for name in args.pools.split(",") for t in load_pool(name)]
+    default_name = "compute.parquet" if args.max_shards <= 15 else "compute-large.parquet"
+    out = Path(args.out) if args.out else profile.dir / default_name
+    df = collect_compute(profile, pool, out, args.samples, seed=args.seed, optimizer=args.optimizer,
+                         repeats=args.repeats, min_shards=args.min_shards, max_shards=args.max_shards)
+    print(f"{out}: {len(df)} samples")
+    return 0
+
+
+def _cmd_collect_comm(args: argparse.Namespace) -> int:
+    import datetime as dt
+
+    from .cost.comm import FittedCommModel
+    from .cost.comm_collect import collect_comm
+    from .cost.profiles import get_profile
+
+    profile = get_profile(args.profile)
+    if profile.device != "cpu":
+        raise InputError("profile", f"{profile.name} comm cannot be measured here",
+                         "its comm model is the alpha-beta model")
+    out = profile.dir / "comm.parquet"
+    df = collect_comm(profile, out, tuple(int(w) for w in args.world_sizes.split(",")), args.configs)
+    model = FittedCommModel.fit(df.to_dict("records"), profile.name)
+    model.save(profile.dir / "comm-model.json", {
+        "data": "data/profiles/%s/comm.parquet" % profile.name, "rows": len(df),
+        "command": f"shardplan collect comm --profile {profile.name}", "date": dt.date.today().isoformat()})
+    print(f"{out}: {len(df)} rows; fit {model.fit_report}; coef {model.coef}")
+    return 0
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from .cost.profiles import get_profile
+    from .cost.train import report_markdown, train_and_report
+
+    meta = train_and_report(get_profile(args.profile), epochs=args.epochs, seed=args.seed)
+    print(report_markdown(meta))
+    return 0
+
+
+def _cmd_make_tasks(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from .cost.profiles import get_profile
+    from .formats import save_task
+    from .pools import load_pool
+    from .taskgen import generate_task
+
+    profile = get_profile(args.profile)
+    pool = [t for name in args.pools.split(",") for t in load_pool(name)]
+    out = Path(args.out)
+    for i in range(args.count):
+        rng = np.random.default_rng([args.seed, i])
+        oversize = args.oversize_every > 0 and i % args.oversize_every == args.oversize_every - 1
+        task = generate_task(rng, pool, f"{args.suite}-{i:02d}", profile, oversize=oversize)
+        save_task(task, out / f"{task.name}.json")
+    print(f"{args.count} tasks in {out}")
+    return 0
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from .formats import load_task, save_plan
+    from .report_text import cost_table, plan_table
+    from .search import get_searcher
+
+    task = load_task(args.task)
+    searcher = get_searcher(args.searcher)
+    plan = searcher.plan(task, _estimator(args), seed=args.seed)
+    save_plan(plan, args.out)
+    print(plan_table(plan))
+    print(cost_table(plan.cost))
+    print(f"wrote {args.out} ({plan.search['searcher']}, {plan.search['seconds']:.3f} s)")
+    return 0
+
+
+def _evaluate(plan, args: argparse.Namespace):
+    from dataclasses import replace
+
+    from .execute.measure import measure_plan
+
+    plan = replace(plan, cost=_estimator(args).estimate(plan))
+    if args.measure:
+        plan = replace(plan, measured_cost=measure_plan(plan, args.profile, rounds=args.rounds))
+    return plan
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from .formats import load_plan, save_plan
+    from .report_text import cost_table
+    from .validate import validate_plan
+
+    plan = load_plan(args.plan)
+    validate_plan(plan)
+    plan = _evaluate(plan, args)
+    save_plan(plan, args.out)
+    print(cost_table(plan.cost, plan.measured_cost))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    """The main job: plan a task with the default searcher, show the plan, predicted and measured cost."""
+    from .formats import load_task, save_plan
+    from .report_text import cost_table, plan_table
+    from .search import DEFAULT_SEARCHER, get_searcher
+
+    task = load_task(args.task)
+    plan = get_searcher(DEFAULT_SEARCHER).plan(task, _estimator(args), seed=args.seed)
+    plan = _evaluate(plan, args)
+    save_plan(plan, args.out)
+    print(f"task {task.name}: {len(task.tables)} tables, {task.topology.world_size} ranks, "
+          f"batch {task.batch_size_per_rank}/rank, {task.topology.memory_per_rank_gb} GB/rank")
+    print(f"plan by {plan.search['searcher']} in {plan.search['seconds']:.2f} s:")
+    print(plan_table(plan))
+    print(cost_table(plan.cost, plan.measured_cost))
+    if plan.measured_cost:
+        print(f"compute: {plan.measured_cost.extra['compute']}; comm: {plan.measured_cost.extra['comm_model']}")
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from .formats import load_plan
+    from .validate import plan_problems
+
+    problems = plan_problems(load_plan(args.plan))
+    for p in problems:
+        print(p)
+    print("valid" if not problems else f"{len(problems)} problem(s)")
+    return 0 if not problems else 1
+
+
+def _cmd_searchers(args: argparse.Namespace) -> int:
+    from .search import DEFAULT_SEARCHER, SEARCHERS
+
+    for name, cls in sorted(SEARCHERS.items()):
+        print(f"{name:<16}{' (default)' if name == DEFAULT_SEARCHER else '':<11}{cls.description}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="shardplan", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def with_profile(sp: argparse.ArgumentParser, model: bool = True) -> argparse.ArgumentParser:
+        sp.add_argument("--profile", default="cpu-2c", help="hardware profile (default cpu-2c)")
+        if model:
+            sp.add_argument("--model", help="compute-model file (default: the profile's committed one)")
+        return sp
+
+    run = with_profile(sub.add_parser("run", help="plan a task with the default searcher; show predicted "
+                                                  "and measured per-rank cost"))
+    run.add_argument("task", nargs="?", default=str(DEFAULT_TASK))
+    run.add_argument("-o", "--out", default="out/plan.json")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--no-measure", dest="measure", action="store_false")
+    run.add_argument("--rounds", type=int, default=1)
+    run.set_defaults(func=_cmd_run)
+
+    plan = with_profile(sub.add_parser("plan", help="plan a task"))
+    plan.add_argument("task")
+    plan.add_argument("--searcher", default="greedy-cost")
+    plan.add_argument("--seed", type=int, default=0)
+    plan.add_argument("-o", "--out", required=True)
+    plan.set_defaults(func=_cmd_plan)
+
+    ev = with_profile(sub.add_parser("evaluate", help="fill a plan's predicted cost; --measure times it too"))
+    ev.add_argument("plan")
+    ev.add_argument("-o", "--out", required=True)
+    ev.add_argument("--measure", action="store_true", help="also time every rank on real FBGEMM")
+    ev.add_argument("--rounds", type=int, default=1, help="interleaved measurement rounds (median kept)")
+    ev.set_defaults(func=_cmd_evaluate)
+
+    val = sub.add_parser("validate", help="check a plan: tiling, ranks, memory (exit 1 if invalid)")
+    val.add_argument("plan")
+    val.set_defaults(func=_cmd_validate)
+
+    sub.add_parser("searchers", help="list the searchers").set_defaults(func=_cmd_searchers)
+
+    train = with_profile(sub.add_parser("train", help="train the compute-cost model from committed data"),
+                         model=False)
+    train.add_argument("--epochs", type=int, default=300)
+    train.add_argument("--seed", type=int, default=0)
+    train.set_defaults(func=_cmd_train)
+
+    mt = with_profile(sub.add_parser("make-tasks", help="generate a benchmark task suite"), model=False)
+    mt.add_argument("--suite", default="cpu-bench")
+    mt.add_argument("--count", type=int, default=30)
+    mt.add_argument("--seed", type=int, default=0)
+    mt.add_argument("--pools", default="meta_synthetic")
+    mt.add_argument("--oversize-every", type=int, default=6,
+                    help="every N-th task has a table larger than one rank (0: none)")
+    mt.add_argument("--out", default="data/tasks/cpu-bench")
+    mt.set_defaults(func=_cmd_make_tasks)
+
+    collect = sub.add_parser("collect", help="collect cost data on real kernels")
+    csub = collect.add_subparsers(dest="what", required=True)
+    cc = with_profile(csub.add_parser("compute", help="time random shard sets as one FBGEMM TBE op "
+                                                      "(resumable)"), model=False)
+    cc.add_argument("--samples", type=int, default=6000, help="total samples wanted for this seed")
+    cc.add_argument("--seed", type=int, default=0)
+    cc.add_argument("--pools", default=",".join(COLLECT_POOLS))
+    cc.add_argument("--optimizer", default="sgd")
+    cc.add_argument("--repeats", type=int, default=5)
+    cc.add_argument("--min-shards", type=int, default=1)
+    cc.add_argument("--max-shards", type=int, default=15)
+    cc.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute.parquet, "
+                                  "compute-large.parquet when --max-shards > 15)")
+    cc.set_defaults(func=_cmd_collect_compute)
+    cm = with_profile(csub.add_parser("comm", help="measure gloo all-to-all and fit the comm model"),
+                      model=False)
+    cm.add_argument("--world-sizes", default="2,3,4")
+    cm.add_argument("--configs", type=int, default=40, help="random uneven splits per world size")
+    cm.set_defaults(func=_cmd_collect_comm)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

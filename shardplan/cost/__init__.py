@@ -1,0 +1,1 @@
+"""Cost data collection on real FBGEMM kernels, features, and the cost models."""

@@ -1,0 +1,120 @@
+"""Collecting compute-cost data on real FBGEMM kernels.
+
+A sample is a random set of 1 to 15 shards, as NeuroShard builds them: tables
+drawn from a pool, their dims re-drawn (column blocks of any table are tables
+of that many columns, since a column-wise shard sees every id) and some cut to
+row ranges (a row-wise shard sees only its rows' ids). The set runs as one
+FBGEMM table-batched op on the global batch; forward and backward are timed
+(:func:`shardplan.cost.kernel.time_shards`).
+
+Rows go to ``data/profiles/<profile>/compute.parquet``. Sample ``i`` is drawn
+from ``default_rng([seed, i])``, so a stopped run resumes where it stopped and
+produces exactly what an unbroken run would have.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from ..domain import Table
+from .kernel import fbgemm_versions, time_specs
+from .profiles import Profile, load1, machine_stamp
+from .specs import ShardSpec, specs_to_json
+
+COLLECT_DIMS = (4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
+COLLECT_DIM_WEIGHTS = (2, 3, 1, 3, 1, 3, 1, 3, 1, 3)
+ROW_SPLITS = (2, 4, 8)
+
+
+def random_sample(rng: np.random.Generator, pool: list[Table], profile: Profile,
+                  min_shards: int = 1, max_shards: int = 15) -> list[ShardSpec]:
+    """A random shard set within the profile's per-sample weight and lookup budgets.
+
+    The budgets grow with ``max_shards`` beyond 15 so that larger sets are not
+    just more of the smallest shards.
+    """
+    batch = int(rng.choice(profile.collect_batch_sizes))
+    n = int(rng.integers(min_shards, max_shards + 1))
+    scale = max(1.0, max_shards / 15)
+    w = np.array(COLLECT_DIM_WEIGHTS, dtype=float)
+    specs: list[ShardSpec] = []
+    weight_bytes = 0
+    lookup_floats = 0.0
+    attempts = 0
+    while len(specs) < n and attempts < 20 * n:
+        attempts += 1
+        t = pool[int(rng.integers(len(pool)))]
+        cols = int(rng.choice(COLLECT_DIMS, p=w / w.sum()))
+        table_rows = min(t.num_embeddings, profile.max_rows)
+        row_offset, rows = 0, table_rows
+        if table_rows >= 64 and rng.random() < 0.3:
+            parts = int(rng.choice(ROW_SPLITS))
+            block = -(-table_rows // parts)
+            i = int(rng.integers(parts))
+            row_offset, rows = i * block, min(block, table_rows - i * block)
+        frac = rows / table_rows
+        nbytes = rows * cols * 4
+        floats = batch * t.pooling_factor * frac * cols
+        if (weight_bytes + nbytes > scale * profile.max_sample_weight_bytes
+                or lookup_floats + floats > scale * profile.max_sample_lookup_floats):
+            continue
+        weight_bytes += nbytes
+        lookup_floats += floats
+        specs.append(ShardSpec(table=t.name, table_rows=table_rows, row_offset=row_offset, rows=rows,
+                               cols=cols, pooling_factor=t.pooling_factor, zipf_alpha=t.zipf_alpha,
+                               batch_size=batch))
+    return specs
+
+
+def _stamp(profile: Profile, optimizer: str, dtype: str) -> dict[str, object]:
+    return {"profile": profile.name, **machine_stamp(), **fbgemm_versions(),
+            "threads": torch.get_num_threads(), "optimizer": optimizer, "dtype": dtype}
+
+
+def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples: int, seed: int = 0,
+                    optimizer: str = "sgd", dtype: str = "fp32", flush_every: int = 25,
+                    warmup: int = 2, repeats: int = 5, min_shards: int = 1,
+                    max_shards: int = 15) -> pd.DataFrame:
+    """Append samples to ``out`` until it holds ``num_samples`` rows of this seed; resumable."""
+    if profile.device == "cpu" and profile.threads:
+        torch.set_num_threads(profile.threads)
+    existing = pd.read_parquet(out) if out.exists() else pd.DataFrame()
+    done = set(existing.loc[existing["seed"] == seed, "sample"]) if len(existing) else set()
+    todo = [i for i in range(num_samples) if i not in done]
+    stamp = _stamp(profile, optimizer, dtype)
+    rows: list[dict] = []
+
+    def flush() -> None:
+        nonlocal existing, rows
+        if not rows:
+            return
+        existing = pd.concat([existing, pd.DataFrame(rows)], ignore_index=True)
+        tmp = out.with_suffix(".parquet.tmp")
+        existing.to_parquet(tmp, index=False)
+        os.replace(tmp, out)
+        rows = []
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for i in tqdm(todo, desc=f"collect compute [{profile.name}]", initial=len(done), total=num_samples):
+        rng = np.random.default_rng([seed, i])
+        specs = random_sample(rng, pool, profile, min_shards, max_shards)
+        before = load1()
+        fwd, bwd = time_specs(specs, optimizer, dtype, profile.device, id_seed=i,
+                              warmup=warmup, repeats=repeats)
+        rows.append({"seed": seed, "sample": i, "source": "random", "num_shards": len(specs),
+                     "batch_size": specs[0].batch_size,
+                     "shards": specs_to_json(specs), "fwd_ms": fwd, "bwd_ms": bwd,
+                     "load1_before": before, "load1_after": load1(),
+                     "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                     **stamp})
+        if len(rows) >= flush_every:
+            flush()
+    flush()
+    return existing
+

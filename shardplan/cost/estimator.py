@@ -1,0 +1,88 @@
+"""A plan's predicted cost: the compute model per rank, the comm model per rank, memory.
+
+:class:`PlanEstimator` is what searchers and ``evaluate`` use. Rank compute
+predictions are cached by the rank's shard set, so a search that re-scores a
+plan after moving one table only pays for the two ranks that changed.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from ..domain import Plan, PlanCost, RankCost
+from ..errors import InputError
+from ..memory import rank_memory_gb
+from .comm import AlphaBetaCommModel, CommModel, FittedCommModel, rank_volumes
+from .profiles import Profile, get_profile
+from .specs import ShardSpec, rank_specs
+
+
+class ComputeModel(Protocol):
+    profile: str
+
+    def predict(self, sets: list[list[ShardSpec]]) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+class PlanEstimator:
+    """Predicted per-rank cost of plans on one hardware profile."""
+
+    def __init__(self, compute: ComputeModel, comm: CommModel, profile: str, compute_name: str) -> None:
+        self.compute = compute
+        self.comm = comm
+        self.profile = profile
+        self.compute_name = compute_name
+        self._cache: dict[tuple[ShardSpec, ...], tuple[float, float]] = {}
+
+    def rank_compute(self, sets: list[list[ShardSpec]]) -> list[tuple[float, float]]:
+        """(fwd_ms, bwd_ms) for each shard set; the order of shards in a set does not matter."""
+        keys = [tuple(sorted(s, key=lambda x: (x.table, x.row_offset, x.rows, x.cols, x.batch_size)))
+                for s in sets]
+        missing = list({k for k in keys if k not in self._cache})
+        if missing:
+            fwd, bwd = self.compute.predict([list(k) for k in missing])
+            for k, f, b in zip(missing, fwd, bwd):
+                self._cache[k] = (float(f), float(b))
+        return [self._cache[k] for k in keys]
+
+    def estimate(self, plan: Plan) -> PlanCost:
+        task = plan.task
+        if plan.task.optimizer not in self.optimizers:
+            raise InputError("task.optimizer", f"{task.optimizer!r} has no cost data in profile {self.profile!r}",
+                             f"use one of {self.optimizers} or collect data for it")
+        compute = self.rank_compute(rank_specs(plan))
+        comm = self.comm.rank_comm_ms(rank_volumes(plan), task.topology)
+        mem = rank_memory_gb(plan)
+        per_rank = tuple(RankCost(rank=r, fwd_compute_ms=compute[r][0], bwd_compute_ms=compute[r][1],
+                                  fwd_comm_ms=comm[r][0], bwd_comm_ms=comm[r][1], memory_gb=mem[r])
+                         for r in range(task.topology.world_size))
+        return PlanCost(kind="predicted", profile=self.profile, per_rank=per_rank,
+                        extra={"compute_model": self.compute_name, "comm_model": self.comm.name})
+
+    @property
+    def optimizers(self) -> list[str]:
+        meta = getattr(self.compute, "metadata", {}) or {}
+        return list(meta.get("optimizers", ["sgd"]))
+
+
+def comm_model_for(profile: Profile) -> CommModel:
+    path = profile.dir / "comm-model.json"
+    if profile.device == "cpu":
+        if not path.exists():
+            raise InputError(str(path), "missing", "run `shardplan collect comm` to measure and fit it")
+        return FittedCommModel.load(path, profile.name)
+    return AlphaBetaCommModel(profile=profile.name)
+
+
+def load_estimator(profile_name: str = "cpu-2c", model_path: str | Path | None = None) -> PlanEstimator:
+    """The profile's committed neural compute model and its comm model."""
+    from .model import NeuralCostModel
+
+    profile = get_profile(profile_name)
+    path = Path(model_path) if model_path else profile.dir / "compute-model.json"
+    if not path.exists():
+        raise InputError(str(path), "no compute-cost model for this profile",
+                         f"run `shardplan train --profile {profile.name}`")
+    compute = NeuralCostModel.load(path, profile=profile.name)
+    return PlanEstimator(compute, comm_model_for(profile), profile.name, f"neural ({path.name})")

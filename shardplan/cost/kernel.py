@@ -1,0 +1,141 @@
+"""Timing one rank's shards as one fused FBGEMM table-batched embedding op.
+
+This is the measuring instrument of the project: the collector builds its
+samples with it and ``evaluate --measure`` times plans with it, so a measured
+plan and the cost data the model learned from are timed the same way.
+
+One :class:`ShardInput` is one "table" of the op (``rows x cols``) with its
+lookups. All inputs of one call share a batch size; a rank whose shards see
+different batch sizes (data-parallel replicas see the local batch) is timed as
+one op per batch size and the times add.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .ids import Bags, shard_bags, table_bags
+from .specs import ShardSpec
+
+OPTIMIZER_NAMES = {"sgd": "EXACT_SGD", "rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD",
+                   "adagrad": "EXACT_ADAGRAD", "adam": "ADAM"}
+DTYPE_NAMES = {"fp32": "FP32", "fp16": "FP16", "bf16": "BF16"}
+
+
+@dataclass(frozen=True)
+class ShardInput:
+    rows: int
+    cols: int
+    bags: Bags
+
+
+@dataclass(frozen=True)
+class KernelTiming:
+    fwd_ms: float
+    bwd_ms: float
+    fwd_samples_ms: tuple[float, ...]
+    bwd_samples_ms: tuple[float, ...]
+
+
+def fbgemm_versions() -> dict[str, str]:
+    import fbgemm_gpu
+
+    return {"torch": torch.__version__, "fbgemm_gpu": getattr(fbgemm_gpu, "__version__", "?")}
+
+
+def _build_tbe(shards: list[ShardInput], optimizer: str, dtype: str, device: torch.device,
+               learning_rate: float = 0.01):
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType, SparseType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen)
+
+    if device.type == "cuda":
+        loc, comp = EmbeddingLocation.DEVICE, ComputeDevice.CUDA
+    else:
+        loc, comp = EmbeddingLocation.HOST, ComputeDevice.CPU
+    specs = [(s.rows, s.cols, loc, comp) for s in shards]
+    return SplitTableBatchedEmbeddingBagsCodegen(
+        embedding_specs=specs, optimizer=getattr(EmbOptimType, OPTIMIZER_NAMES[optimizer]),
+        learning_rate=learning_rate, pooling_mode=PoolingMode.SUM,
+        weights_precision=getattr(SparseType, DTYPE_NAMES[dtype]), device=device)
+
+
+def _inputs(shards: list[ShardInput], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    lengths = np.concatenate([s.bags.lengths for s in shards])
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    ids = np.concatenate([s.bags.ids for s in shards])
+    return (torch.from_numpy(ids).to(device), torch.from_numpy(offsets).to(device))
+
+
+def time_shards(shards: list[ShardInput], optimizer: str = "sgd", dtype: str = "fp32",
+                warmup: int = 2, repeats: int = 5, device: str = "cpu") -> KernelTiming:
+    """Median forward and backward (fused optimizer update) time, in ms, of one TBE op.
+
+    On CPU, wall-clock around each call; on CUDA, CUDA events around each call.
+    """
+    if not shards:
+        return KernelTiming(0.0, 0.0, (), ())
+    batch = {len(s.bags.lengths) for s in shards}
+    if len(batch) != 1:
+        raise ValueError(f"shards of one TBE must share a batch size, got {sorted(batch)}")
+    dev = torch.device(device)
+    tbe = _build_tbe(shards, optimizer, dtype, dev)
+    indices, offsets = _inputs(shards, dev)
+    out_cols = sum(s.cols for s in shards)
+    grad = torch.randn(batch.pop(), out_cols, device=dev,
+                       dtype=torch.float32)
+    fwd: list[float] = []
+    bwd: list[float] = []
+    cuda = dev.type == "cuda"
+    for i in range(warmup + repeats):
+        if cuda:
+            e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+            e0.record()
+            out = tbe(indices, offsets)
+            e1.record()
+            out.backward(grad.to(out.dtype))
+            e2.record()
+            torch.cuda.synchronize()
+            f, b = e0.elapsed_time(e1), e1.elapsed_time(e2)
+        else:
+            t0 = time.perf_counter()
+            out = tbe(indices, offsets)
+            t1 = time.perf_counter()
+            out.backward(grad.to(out.dtype))
+            t2 = time.perf_counter()
+            f, b = (t1 - t0) * 1e3, (t2 - t1) * 1e3
+        if i >= warmup:
+            fwd.append(f)
+            bwd.append(b)
+    del tbe
+    return KernelTiming(statistics.median(fwd), statistics.median(bwd), tuple(fwd), tuple(bwd))
+
+
+def shard_inputs(specs: list[ShardSpec], id_seed: int) -> list[ShardInput]:
+    """Materialise the lookups of each shard spec (DESIGN.md's id recipe)."""
+    inputs = []
+    for s in specs:
+        bags = table_bags(s.table, s.table_rows, s.pooling_factor, s.zipf_alpha, s.batch_size, id_seed)
+        if s.rows != s.table_rows:
+            bags = shard_bags(bags, s.row_offset, s.rows)
+        inputs.append(ShardInput(rows=s.rows, cols=s.cols, bags=bags))
+    return inputs
+
+
+def time_specs(specs: list[ShardSpec], optimizer: str, dtype: str, device: str, id_seed: int = 0,
+               warmup: int = 2, repeats: int = 5) -> tuple[float, float]:
+    """Forward and backward ms of a rank's shard specs; one TBE per batch size, times added."""
+    fwd = bwd = 0.0
+    for batch in sorted({s.batch_size for s in specs}):
+        group = [s for s in specs if s.batch_size == batch]
+        t = time_shards(shard_inputs(group, id_seed), optimizer=optimizer, dtype=dtype,
+                        warmup=warmup, repeats=repeats, device=device)
+        fwd += t.fwd_ms
+        bwd += t.bwd_ms
+    return fwd, bwd

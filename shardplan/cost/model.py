@@ -1,0 +1,175 @@
+"""The neural compute-cost model: per-shard encoder, sum pooling, fwd/bwd heads.
+
+A rank's shards are encoded one by one by a shared MLP, the codes are summed
+(so the model takes any number of shards, and learns how a fused kernel's time
+differs from the sum of its parts through the head that reads the sum), and two
+heads predict log forward ms and log backward ms. Trained with MSE in log space,
+i.e. on relative error. Feature scaling is part of the saved state.
+
+Usage mirrors scikit-learn::
+
+    model = NeuralCostModel(profile="cpu-2c").fit(sets, fwd_ms, bwd_ms)
+    fwd, bwd = model.predict(sets)
+    model.save(path); NeuralCostModel.load(path, profile="cpu-2c")
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from ..errors import InputError
+from .features import FEATURE_NAMES, set_features
+from .specs import ShardSpec
+
+MODEL_FORMAT = "shardplan/compute-model@1"
+
+
+class _SetNet(nn.Module):
+    def __init__(self, n_features: int, hidden: int, code: int) -> None:
+        super().__init__()
+        self.encoder = nn.Sequential(
+            nn.Linear(n_features, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(),
+            nn.Linear(hidden, code))
+        self.head = nn.Sequential(nn.Linear(code + 1, hidden), nn.SiLU(), nn.Linear(hidden, hidden),
+                                  nn.SiLU(), nn.Linear(hidden, 2))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        codes = self.encoder(x) * mask.unsqueeze(-1)
+        pooled = codes.sum(dim=1)
+        count = torch.log2(1.0 + mask.sum(dim=1, keepdim=True))
+        return self.head(torch.cat([pooled, count], dim=1))
+
+
+class NeuralCostModel:
+    """Predicts a rank's fused FBGEMM forward and backward ms from its shard specs.
+
+    Parameters are validated at construction; ``fit`` returns ``self``.
+    """
+
+    def __init__(self, profile: str, hidden: int = 128, code: int = 64, epochs: int = 300,
+                 batch_size: int = 256, lr: float = 2e-3, weight_decay: float = 1e-5,
+                 seed: int = 0) -> None:
+        for name, v in (("hidden", hidden), ("code", code), ("epochs", epochs), ("batch_size", batch_size)):
+            if not isinstance(v, int) or v <= 0:
+                raise InputError(name, f"must be a positive integer, got {v!r}")
+        if lr <= 0:
+            raise InputError("lr", f"must be positive, got {lr!r}")
+        self.profile = profile
+        self.hidden, self.code, self.epochs = hidden, code, epochs
+        self.batch_size, self.lr, self.weight_decay, self.seed = batch_size, lr, weight_decay, seed
+        self.net: _SetNet | None = None
+        self.mean = np.zeros(len(FEATURE_NAMES), dtype=np.float32)
+        self.std = np.ones(len(FEATURE_NAMES), dtype=np.float32)
+        self.metadata: dict[str, Any] = {}
+
+    # ---- training ---------------------------------------------------------------------------
+    def fit(self, sets: list[list[ShardSpec]], fwd_ms: np.ndarray, bwd_ms: np.ndarray,
+            progress: bool = True) -> "NeuralCostModel":
+        if len(sets) != len(fwd_ms) or len(sets) != len(bwd_ms):
+            raise InputError("fit", "sets, fwd_ms and bwd_ms must have the same length")
+        torch.manual_seed(self.seed)
+        rng = np.random.default_rng(self.seed)
+        x, mask = set_features(sets)
+        flat = x[mask > 0]
+        self.mean = flat.mean(axis=0)
+        self.std = flat.std(axis=0) + 1e-6
+        x = (x - self.mean) * mask[..., None] / self.std
+        y = np.log(np.stack([fwd_ms, bwd_ms], axis=1).clip(1e-3)).astype(np.float32)
+        xt, mt, yt = torch.from_numpy(x), torch.from_numpy(mask), torch.from_numpy(y)
+        self.net = _SetNet(x.shape[-1], self.hidden, self.code)
+        opt = torch.optim.AdamW(self.net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
+        steps = self.epochs * max(1, -(-len(sets) // self.batch_size))
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=self.lr, total_steps=steps)
+        self.net.train()
+        bar = tqdm(range(self.epochs), desc="train cost model", disable=not progress)
+        for _ in bar:
+            order = rng.permutation(len(sets))
+            total = 0.0
+            for k in range(0, len(order), self.batch_size):
+                idx = torch.from_numpy(order[k:k + self.batch_size])
+                loss = nn.functional.mse_loss(self.net(xt[idx], mt[idx]), yt[idx])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                sched.step()
+                total += loss.item() * len(idx)
+            bar.set_postfix(loss=f"{total / len(order):.4f}")
+        self.net.eval()
+        return self
+
+    # ---- inference --------------------------------------------------------------------------
+    def predict(self, sets: list[list[ShardSpec]]) -> tuple[np.ndarray, np.ndarray]:
+        """Forward and backward ms for each shard set (0 for an empty set)."""
+        if self.net is None:
+            raise RuntimeError("the model is not fitted; call fit() or load()")
+        out_f = np.zeros(len(sets))
+        out_b = np.zeros(len(sets))
+        nonempty = [i for i, s in enumerate(sets) if s]
+        if not nonempty:
+            return out_f, out_b
+        x, mask = set_features([sets[i] for i in nonempty])
+        x = (x - self.mean) * mask[..., None] / self.std
+        with torch.no_grad():
+            y = self.net(torch.from_numpy(x), torch.from_numpy(mask)).numpy()
+        ms = np.exp(y)
+        out_f[nonempty] = ms[:, 0]
+        out_b[nonempty] = ms[:, 1]
+        return out_f, out_b
+
+    # ---- persistence ------------------------------------------------------------------------
+    def save(self, path: str | Path, metadata: dict[str, Any] | None = None) -> None:
+        if self.net is None:
+            raise RuntimeError("nothing to save: the model is not fitted")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.metadata = {**self.metadata, **(metadata or {})}
+        state = {
+            "format": MODEL_FORMAT, "profile": self.profile, "feature_names": list(FEATURE_NAMES),
+            "hyper": {"hidden": self.hidden, "code": self.code, "epochs": self.epochs,
+                      "batch_size": self.batch_size, "lr": self.lr,
+                      "weight_decay": self.weight_decay, "seed": self.seed},
+            "mean": self.mean.tolist(), "std": self.std.tolist(),
+            "state_dict": {k: v.tolist() for k, v in self.net.state_dict().items()},
+            "metadata": {"saved": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                         **self.metadata},
+        }
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path, profile: str | None = None) -> "NeuralCostModel":
+        """Load a model file; ``profile``, when given, must match the file's (never mixed silently)."""
+        path = Path(path)
+        try:
+            state = json.loads(path.read_text())
+            if state.get("format") != MODEL_FORMAT:
+                raise ValueError(f"format is {state.get('format')!r}, expected {MODEL_FORMAT!r}")
+            if state["feature_names"] != list(FEATURE_NAMES):
+                raise ValueError("its features differ from this shardplan version's")
+            model = cls(profile=state["profile"], **state["hyper"])
+            model.mean = np.asarray(state["mean"], dtype=np.float32)
+            model.std = np.asarray(state["std"], dtype=np.float32)
+            model.net = _SetNet(len(FEATURE_NAMES), model.hidden, model.code)
+            model.net.load_state_dict({k: torch.tensor(v) for k, v in state["state_dict"].items()})
+            model.net.eval()
+            model.metadata = state.get("metadata", {})
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
+            raise InputError(str(path), f"not a usable compute-cost model: {e}",
+                             "retrain it with `shardplan train`") from None
+        if profile is not None and model.profile != profile:
+            raise InputError(str(path), f"was trained for profile {model.profile!r}, not {profile!r}",
+                             "use the model of the profile you plan for")
+        return model
+
+    def fingerprint(self) -> str:
+        h = hashlib.sha256(json.dumps(self.metadata, sort_keys=True, default=str).encode())
+        return h.hexdigest()[:12]

@@ -1,0 +1,89 @@
+"""Hardware profiles: a named machine kind that owns its cost data and models.
+
+Costs learned on one profile are never used for another (DESIGN.md); every
+model file records its profile and loading it for another one is an error.
+"""
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InputError
+
+DATA_DIR = Path(__file__).resolve().parents[2] / "data"
+PROFILE_DIR = DATA_DIR / "profiles"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How a machine kind is measured.
+
+    ``threads``: intra-op threads one rank gets (on cpu-2c a rank is one
+    single-threaded process, so two can run side by side on the two cores).
+    ``max_rows``: the largest table (rows) the profile's cost data covers;
+    ``collect_batch_sizes``: the global batch sizes the collector draws from.
+    """
+
+    name: str
+    device: str
+    threads: int
+    max_rows: int
+    collect_batch_sizes: tuple[int, ...]
+    max_sample_weight_bytes: int
+    max_sample_lookup_floats: float
+    description: str
+
+    @property
+    def dir(self) -> Path:
+        return PROFILE_DIR / self.name
+
+
+PROFILES: dict[str, Profile] = {
+    "cpu-2c": Profile(
+        name="cpu-2c", device="cpu", threads=1, max_rows=1_000_000,
+        collect_batch_sizes=(512, 1024, 2048, 4096, 8192),
+        max_sample_weight_bytes=600 * 2**20, max_sample_lookup_floats=3.0e7,
+        description="2-core x86 CPU machine, FBGEMM CPU kernels, one single-threaded process per rank"),
+    "h100": Profile(
+        name="h100", device="cuda", threads=0, max_rows=50_000_000,
+        collect_batch_sizes=(16384, 32768, 65536, 131072),
+        max_sample_weight_bytes=40 * 2**30, max_sample_lookup_floats=2.0e10,
+        description="one NVIDIA H100 80GB, FBGEMM CUDA kernels"),
+    "h200": Profile(
+        name="h200", device="cuda", threads=0, max_rows=50_000_000,
+        collect_batch_sizes=(16384, 32768, 65536, 131072),
+        max_sample_weight_bytes=80 * 2**30, max_sample_lookup_floats=2.0e10,
+        description="one NVIDIA H200 141GB, FBGEMM CUDA kernels"),
+}
+DEFAULT_PROFILE = "cpu-2c"
+
+
+def get_profile(name: str) -> Profile:
+    try:
+        return PROFILES[name]
+    except KeyError:
+        raise InputError("profile", f"unknown hardware profile {name!r}",
+                         f"use one of {sorted(PROFILES)}") from None
+
+
+def machine_stamp() -> dict[str, object]:
+    """What every cost-data row records about the machine that produced it."""
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu_model": cpu, "cpu_cores": os.cpu_count() or 0, "hostname": platform.node()}
+
+
+def load1() -> float:
+    """The 1-minute load average (the machine is the instrument; it is recorded with the data)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")

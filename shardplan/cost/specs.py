@@ -1,0 +1,51 @@
+"""Shard specs: what the cost models and the kernel timer know about one shard.
+
+A :class:`ShardSpec` is the meeting point of the collector (random specs), the
+cost models (features of specs) and plan measurement (specs of a plan's ranks):
+a plan's rank is predicted and measured from exactly the specs built here.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+from ..domain import Plan
+from ..memory import shard_batch
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """One shard as the kernel sees it: a ``rows x cols`` piece of a table and its lookups.
+
+    ``table_rows`` is the whole table's row count and ``row_offset`` where the
+    shard starts (a whole table: ``row_offset=0, rows=table_rows``); a
+    column block is simply a shard of ``cols`` columns, since it sees every id.
+    ``batch_size`` is the batch the shard is fed: the global batch, or the
+    local one for a data-parallel replica.
+    """
+
+    table: str
+    table_rows: int
+    row_offset: int
+    rows: int
+    cols: int
+    pooling_factor: float
+    zipf_alpha: float
+    batch_size: int
+
+
+def rank_specs(plan: Plan) -> list[list[ShardSpec]]:
+    """Per rank, the specs of the shards it holds."""
+    task = plan.task
+    return [[ShardSpec(table=t.name, table_rows=t.num_embeddings, row_offset=sh.row_offset,
+                       rows=sh.num_rows, cols=sh.num_cols, pooling_factor=t.pooling_factor,
+                       zipf_alpha=t.zipf_alpha, batch_size=shard_batch(task, st))
+             for t, st, sh in items] for items in plan.rank_shards()]
+
+
+def specs_to_json(specs: list[ShardSpec]) -> str:
+    return json.dumps([asdict(s) for s in specs])
+
+
+def specs_from_json(text: str) -> list[ShardSpec]:
+    return [ShardSpec(**d) for d in json.loads(text)]

@@ -1,0 +1,24 @@
+"""Errors that shardplan raises for bad input.
+
+Every input problem is a :class:`InputError` that names the offending field
+(a JSON-pointer-like path such as ``tables[3].embedding_dim``) and says how to
+fix it. The CLI turns it into exit code 2, the REST API into HTTP 422.
+"""
+from __future__ import annotations
+
+
+class InputError(ValueError):
+    """A task, plan, model file or argument that cannot be used as given."""
+
+    def __init__(self, field: str, problem: str, fix: str = "") -> None:
+        self.field = field
+        self.problem = problem
+        self.fix = fix
+        msg = f"{field}: {problem}" if field else problem
+        if fix:
+            msg += f" ({fix})"
+        super().__init__(msg)
+
+
+class InfeasibleError(InputError):
+    """No plan can satisfy the task's constraints (memory, ranks)."""

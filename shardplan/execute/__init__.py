@@ -1,0 +1,1 @@
+"""Applying a plan: measuring it on real kernels (and, later, training with it)."""

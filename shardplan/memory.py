@@ -1,0 +1,53 @@
+"""Per-rank memory of a plan: weights + optimizer state + working buffers.
+
+Optimizer state per shard (FBGEMM's fused optimizers): SGD none; row-wise
+Adagrad one fp32 per row; Adagrad one fp32 per weight; Adam two fp32 per
+weight. Buffers: the pooled output of the shard for the batch it serves and
+its gradient (fp32, ``2 * batch * cols * 4`` bytes) and the ids and offsets fed
+to it (int64). TorchRec's planner budgets in the same way (storage = weights +
+optimizer + I/O buffers).
+"""
+from __future__ import annotations
+
+from .domain import DTYPE_BYTES, Plan, Shard, Table, Task
+
+GB = 1024**3
+
+
+def optimizer_state_bytes(optimizer: str, rows: int, cols: int) -> int:
+    if optimizer == "sgd":
+        return 0
+    if optimizer == "rowwise_adagrad":
+        return rows * 4
+    if optimizer == "adagrad":
+        return rows * cols * 4
+    if optimizer == "adam":
+        return 2 * rows * cols * 4
+    raise ValueError(f"unknown optimizer {optimizer!r}")
+
+
+def shard_batch(task: Task, sharding_type: str) -> int:
+    """The batch a shard serves: a data-parallel replica sees the local batch, others the global one."""
+    return task.batch_size_per_rank if sharding_type == "data_parallel" else task.global_batch_size
+
+
+def shard_bytes(task: Task, table: Table, sharding_type: str, shard: Shard) -> int:
+    rows, cols = shard.num_rows, shard.num_cols
+    batch = shard_batch(task, sharding_type)
+    weights = rows * cols * DTYPE_BYTES[task.dtype]
+    state = optimizer_state_bytes(task.optimizer, rows, cols)
+    pooled_ids = int(batch * table.pooling_factor * min(1.0, rows / table.num_embeddings)) + batch + 1
+    buffers = 2 * batch * cols * 4 + pooled_ids * 8
+    return weights + state + buffers
+
+
+def table_bytes(task: Task, table: Table) -> int:
+    """The memory of a whole table placed table-wise on one rank."""
+    return shard_bytes(task, table, "table_wise", Shard(0, 0, table.num_embeddings, 0, table.embedding_dim))
+
+
+def rank_memory_gb(plan: Plan) -> list[float]:
+    used = [0] * plan.task.topology.world_size
+    for rank, items in enumerate(plan.rank_shards()):
+        used[rank] = sum(shard_bytes(plan.task, t, st, sh) for t, st, sh in items)
+    return [u / GB for u in used]

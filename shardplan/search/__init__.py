@@ -1,0 +1,9 @@
+"""Searchers: a task and a cost estimator in, a valid plan out.
+
+Add one by subclassing :class:`~shardplan.search.base.Searcher` and decorating
+it with :func:`~shardplan.search.base.register`.
+"""
+from .base import SEARCHERS, Searcher, get_searcher, register  # noqa: F401
+from . import greedy  # noqa: F401  (registers its searchers)
+
+DEFAULT_SEARCHER = "greedy-cost"
