@@ -81,7 +81,11 @@ def _cmd_make_tasks(args: argparse.Namespace) -> int:
     for i in range(args.count):
         rng = np.random.default_rng([args.seed, i])
         oversize = args.oversize_every > 0 and i % args.oversize_every == args.oversize_every - 1
-        task = generate_task(rng, pool, f"{args.suite}-{i:02d}", profile, oversize=oversize)
+        name = args.suite if args.count == 1 else f"{args.suite}-{i:02d}"
+        lo, hi = (int(x) for x in args.tables.split(","))
+        task = generate_task(rng, pool, name, profile, num_tables=(lo, hi),
+                             world_sizes=tuple(int(w) for w in args.world_sizes.split(",")),
+                             oversize=oversize)
         save_task(task, out / f"{task.name}.json")
     print(f"{args.count} tasks in {out}")
     return 0
@@ -163,7 +167,7 @@ def _cmd_searchers(args: argparse.Namespace) -> int:
     from .search import DEFAULT_SEARCHER, SEARCHERS
 
     for name, cls in sorted(SEARCHERS.items()):
-        print(f"{name:<16}{' (default)' if name == DEFAULT_SEARCHER else '':<11}{cls.description}")
+        print(f"{name:<20}{' (default)' if name == DEFAULT_SEARCHER else '':<11}{cls.description}")
     return 0
 
 
@@ -217,6 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     mt.add_argument("--count", type=int, default=30)
     mt.add_argument("--seed", type=int, default=0)
     mt.add_argument("--pools", default="meta_synthetic")
+    mt.add_argument("--tables", default="10,60", help="MIN,MAX tables per task")
+    mt.add_argument("--world-sizes", default="2,4,8")
     mt.add_argument("--oversize-every", type=int, default=6,
                     help="every N-th task has a table larger than one rank (0: none)")
     mt.add_argument("--out", default="data/tasks/cpu-bench")

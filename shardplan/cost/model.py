@@ -1,10 +1,12 @@
 """The neural compute-cost model: per-shard encoder, sum pooling, fwd/bwd heads.
 
-A rank's shards are encoded one by one by a shared MLP, the codes are summed
-(so the model takes any number of shards, and learns how a fused kernel's time
-differs from the sum of its parts through the head that reads the sum), and two
-heads predict log forward ms and log backward ms. Trained with MSE in log space,
-i.e. on relative error. Feature scaling is part of the saved state.
+A rank's shards are encoded one by one by a shared MLP; each code gives the
+shard's own forward and backward time, and these are sum-pooled over the rank;
+a context head reading the set as a whole (mean code, shard count) scales the
+sum and adds a fixed overhead, which is how the model learns that a fused
+kernel's time is not the sum of its parts (see :class:`_SetNet`). Trained with
+MSE in log space, i.e. on relative error. Feature scaling is part of the saved
+state.
 
 Usage mirrors scikit-learn::
 
@@ -33,19 +35,33 @@ MODEL_FORMAT = "shardplan/compute-model@1"
 
 
 class _SetNet(nn.Module):
+    """ms = factor(set) * sum_i t(shard_i) + overhead(set), for forward and backward.
+
+    ``t`` is a per-shard time read off the shard's code (sum pooling: a rank's
+    time grows with what it holds); the set context (mean code and log shard
+    count) gives a multiplicative factor for what fusing the shards into one
+    kernel changes, and a fixed overhead. The additive core is what lets the
+    model extrapolate to more shards than it was trained on.
+    """
+
     def __init__(self, n_features: int, hidden: int, code: int) -> None:
         super().__init__()
         self.encoder = nn.Sequential(
             nn.Linear(n_features, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(),
             nn.Linear(hidden, code))
-        self.head = nn.Sequential(nn.Linear(code + 1, hidden), nn.SiLU(), nn.Linear(hidden, hidden),
-                                  nn.SiLU(), nn.Linear(hidden, 2))
+        self.shard_time = nn.Linear(code, 2)
+        self.context = nn.Sequential(nn.Linear(code + 1, hidden), nn.SiLU(), nn.Linear(hidden, 4))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        codes = self.encoder(x) * mask.unsqueeze(-1)
-        pooled = codes.sum(dim=1)
-        count = torch.log2(1.0 + mask.sum(dim=1, keepdim=True))
-        return self.head(torch.cat([pooled, count], dim=1))
+        """Log ms ``[N, 2]`` (fwd, bwd) for padded sets ``x [N, S, F]`` with ``mask [N, S]``."""
+        codes = self.encoder(x)
+        m = mask.unsqueeze(-1)
+        per_shard = torch.exp(self.shard_time(codes).clamp(max=30.0)) * m
+        total = per_shard.sum(dim=1)
+        count = mask.sum(dim=1, keepdim=True).clamp(min=1.0)
+        ctx = self.context(torch.cat([(codes * m).sum(dim=1) / count, torch.log2(count)], dim=1))
+        log_factor, log_overhead = ctx[:, :2], ctx[:, 2:]
+        return torch.logaddexp(torch.log(total + 1e-9) + log_factor, log_overhead)
 
 
 class NeuralCostModel:

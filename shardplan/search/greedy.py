@@ -9,29 +9,11 @@ does not fit, the task is infeasible and the error says which table and why.
 from __future__ import annotations
 
 from ..cost.estimator import PlanEstimator
-from ..domain import Plan, Shard, TableSharding, Task, Table
-from ..errors import InfeasibleError
-from ..memory import GB, shard_bytes, table_bytes
 from ..cost.specs import ShardSpec
+from ..domain import Plan, TableSharding, Task
+from ..memory import table_bytes
 from .base import Searcher, register
-
-
-def row_wise_shards(table: Table, ranks: list[int]) -> tuple[Shard, ...]:
-    """Even row blocks over ``ranks`` (TorchRec's row-wise block size: ceil(rows / n))."""
-    block = -(-table.num_embeddings // len(ranks))
-    shards = []
-    for i, r in enumerate(ranks):
-        start = i * block
-        rows = min(block, table.num_embeddings - start)
-        if rows > 0:
-            shards.append(Shard(rank=r, row_offset=start, num_rows=rows, col_offset=0,
-                                num_cols=table.embedding_dim))
-    return tuple(shards)
-
-
-def table_wise(table: Table, rank: int) -> TableSharding:
-    return TableSharding(table.name, "table_wise",
-                         (Shard(rank, 0, table.num_embeddings, 0, table.embedding_dim),))
+from .placement import MemoryLedger, table_wise
 
 
 def solo_costs(task: Task, estimator: PlanEstimator) -> dict[str, float]:
@@ -47,34 +29,20 @@ class GreedyCostSearcher(Searcher):
     description = "tables by descending predicted cost, each to the rank that keeps the predicted plan cost lowest"
 
     def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]:
-        world = task.topology.world_size
-        cap = task.topology.memory_per_rank_gb * GB
-        used = [0.0] * world
+        ledger = MemoryLedger(task)
         placed: list[TableSharding] = []
         cost = solo_costs(task, estimator)
         for table in sorted(task.tables, key=lambda t: (-cost[t.name], t.name)):
             need = table_bytes(task, table)
-            candidates = [r for r in range(world) if used[r] + need <= cap]
+            candidates = [r for r in range(len(ledger.used)) if ledger.fits(r, need)]
             if not candidates:
-                ts = TableSharding(table.name, "row_wise", row_wise_shards(table, list(range(world))))
-                extra = [shard_bytes(task, table, "row_wise", s) for s in ts.shards]
-                if any(used[s.rank] + b > cap for s, b in zip(ts.shards, extra)):
-                    raise InfeasibleError(
-                        f"tables.{table.name}", f"needs {need / GB:.3f} GB and does not fit in any rank's "
-                        f"remaining memory, even split row-wise over all {world} ranks",
-                        "raise topology.memory_per_rank_gb or add ranks")
-                for s, b in zip(ts.shards, extra):
-                    used[s.rank] += b
-                placed.append(ts)
+                placed.append(ledger.place_row_wise(table))
                 continue
-            best = None
-            for r in candidates:
-                trial = placed + [table_wise(table, r)]
-                c = estimator.estimate(Plan(task=task, tables=tuple(trial)))
-                key = (c.max_ms, c.mean_ms, r)
-                if best is None or key < best[0]:
-                    best = (key, r)
-            r = best[1]
-            used[r] += need
-            placed.append(table_wise(table, r))
+            best = min(candidates, key=lambda r: self._score(task, estimator, placed + [table_wise(table, r)], r))
+            placed.append(ledger.place_whole(table, best))
         return placed
+
+    @staticmethod
+    def _score(task: Task, estimator: PlanEstimator, tables: list[TableSharding], rank: int) -> tuple:
+        c = estimator.estimate(Plan(task=task, tables=tuple(tables)))
+        return (c.max_ms, c.mean_ms, rank)

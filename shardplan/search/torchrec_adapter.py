@@ -1,0 +1,118 @@
+"""TorchRec both ways: its planner as a searcher, and our plans as TorchRec ``ShardingPlan``s.
+
+* :class:`TorchRecSearcher` (``torchrec``) runs TorchRec's
+  ``EmbeddingShardingPlanner`` on the task, given the task's pooling factors,
+  batch size, optimizer and per-rank memory, and converts its ``ShardingPlan``.
+  TorchRec's ``table_column_wise`` is our ``column_wise`` (column blocks placed
+  anywhere); its shard offsets and sizes are ``ShardMetadata``'s, like ours.
+* :func:`to_torchrec_plan` turns any of our plans into a ``ShardingPlan`` of
+  ``ParameterSharding``s for an ``EmbeddingBagCollection`` whose tables carry the
+  task's table names (module path ``module_path``).
+"""
+from __future__ import annotations
+
+from ..cost.estimator import PlanEstimator
+from ..domain import Plan, Shard, TableSharding, Task
+from ..errors import InfeasibleError
+from .base import Searcher, register
+
+_FROM_TORCHREC = {"table_column_wise": "column_wise"}
+_OPTIM = {"sgd": "EXACT_SGD", "rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD", "adagrad": "EXACT_ADAGRAD",
+          "adam": "ADAM"}
+
+
+def feature_name(table: str) -> str:
+    return f"f_{table}"
+
+
+def embedding_bag_collection(task: Task, device: str = "meta"):
+    """An ``EmbeddingBagCollection`` with one table (and one feature) per task table."""
+    import torch
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+    return EmbeddingBagCollection(tables=[
+        EmbeddingBagConfig(name=t.name, embedding_dim=t.embedding_dim, num_embeddings=t.num_embeddings,
+                           feature_names=[feature_name(t.name)]) for t in task.tables],
+        device=torch.device(device))
+
+
+def sharder(task: Task):
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+
+    return EmbeddingBagCollectionSharder(fused_params={
+        "optimizer": getattr(EmbOptimType, _OPTIM[task.optimizer]), "learning_rate": 0.01})
+
+
+def torchrec_topology(task: Task):
+    from torchrec.distributed.planner.types import Topology
+
+    topo = task.topology
+    cap = int(topo.memory_per_rank_gb * 1024**3)
+    kw = {"hbm_cap": cap} if topo.device == "cuda" else {"ddr_cap": cap}
+    return Topology(world_size=topo.world_size, local_world_size=topo.local_world_size,
+                    compute_device=topo.device, **kw)
+
+
+def from_torchrec_plan(task: Task, module_plan) -> list[TableSharding]:
+    """Our table shardings from one module's TorchRec plan (``{table: ParameterSharding}``)."""
+    out = []
+    for t in task.tables:
+        ps = module_plan[t.name]
+        st = _FROM_TORCHREC.get(ps.sharding_type, ps.sharding_type)
+        if st == "data_parallel":
+            shards = tuple(Shard(r, 0, t.num_embeddings, 0, t.embedding_dim)
+                           for r in range(task.topology.world_size))
+        else:
+            shards = tuple(Shard(rank=m.placement.rank(), row_offset=m.shard_offsets[0], num_rows=m.shard_sizes[0],
+                                 col_offset=m.shard_offsets[1], num_cols=m.shard_sizes[1])
+                           for m in ps.sharding_spec.shards)
+        out.append(TableSharding(t.name, st, shards, compute_kernel=str(ps.compute_kernel)))
+    return out
+
+
+def to_torchrec_plan(plan: Plan, module_path: str = ""):
+    """A TorchRec ``ShardingPlan`` equal to ``plan``, for an EBC built by :func:`embedding_bag_collection`."""
+    from torch.distributed._shard.sharding_spec import EnumerableShardingSpec, ShardMetadata
+    from torchrec.distributed.types import EmbeddingModuleShardingPlan, ParameterSharding, ShardingPlan
+
+    device = "cuda" if plan.task.topology.device == "cuda" else "cpu"
+    module_plan = EmbeddingModuleShardingPlan()
+    for ts in plan.tables:
+        kernel = "fused" if ts.compute_kernel in ("fused", "EmbeddingComputeKernel.FUSED") else ts.compute_kernel
+        if ts.sharding_type == "data_parallel":
+            module_plan[ts.name] = ParameterSharding(sharding_type="data_parallel", compute_kernel="dense",
+                                                     ranks=None, sharding_spec=None)
+            continue
+        st = ts.sharding_type
+        if st == "column_wise" and len({s.rank for s in ts.shards}) < len(ts.shards):
+            st = "table_column_wise"  # several column blocks share a rank
+        metas = [ShardMetadata(shard_offsets=[s.row_offset, s.col_offset], shard_sizes=[s.num_rows, s.num_cols],
+                               placement=f"rank:{s.rank}/{device}") for s in ts.shards]
+        module_plan[ts.name] = ParameterSharding(sharding_type=st, compute_kernel=kernel,
+                                                 ranks=[s.rank for s in ts.shards],
+                                                 sharding_spec=EnumerableShardingSpec(metas))
+    return ShardingPlan(plan={module_path: module_plan})
+
+
+@register
+class TorchRecSearcher(Searcher):
+    name = "torchrec"
+    description = "TorchRec's EmbeddingShardingPlanner (its own estimators), converted"
+
+    def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]:
+        from torchrec.distributed.planner import EmbeddingShardingPlanner
+        from torchrec.distributed.planner.types import ParameterConstraints, PlannerError
+
+        constraints = {t.name: ParameterConstraints(pooling_factors=[max(t.pooling_factor, 1e-3)])
+                       for t in task.tables}
+        planner = EmbeddingShardingPlanner(topology=torchrec_topology(task),
+                                           batch_size=task.batch_size_per_rank, constraints=constraints)
+        try:
+            plan = planner.plan(embedding_bag_collection(task), [sharder(task)])
+        except PlannerError as e:
+            first = str(e).strip().splitlines()[0]
+            raise InfeasibleError("task", f"TorchRec's planner found no plan: {first}",
+                                  "TorchRec cannot place this task; use another searcher") from None
+        return from_torchrec_plan(task, plan.plan[""])

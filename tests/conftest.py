@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+TASK = {
+    "format": "shardplan/task@1",
+    "name": "tiny",
+    "tables": [
+        {"name": "a", "num_embeddings": 1000, "embedding_dim": 16, "pooling_factor": 4.0, "zipf_alpha": 1.05},
+        {"name": "b", "num_embeddings": 500, "embedding_dim": 8, "pooling_factor": 2.0},
+        {"name": "c", "num_embeddings": 2000, "embedding_dim": 32, "pooling_factor": 8.0, "zipf_alpha": 0.8},
+    ],
+    "topology": {"world_size": 2, "local_world_size": 2, "device": "cpu", "memory_per_rank_gb": 0.01},
+    "batch_size_per_rank": 64,
+    "optimizer": "sgd",
+}
+
+
+def tw(name: str, rank: int, rows: int, cols: int) -> dict:
+    return {"name": name, "sharding_type": "table_wise", "compute_kernel": "fused",
+            "shards": [{"rank": rank, "row_offset": 0, "num_rows": rows, "col_offset": 0, "num_cols": cols}]}
+
+
+@pytest.fixture
+def task_dict() -> dict:
+    return copy.deepcopy(TASK)
+
+
+@pytest.fixture
+def plan_dict(task_dict: dict) -> dict:
+    return {
+        "format": "shardplan/plan@1",
+        "task": task_dict,
+        "tables": [
+            tw("a", 0, 1000, 16),
+            {"name": "b", "sharding_type": "row_wise", "compute_kernel": "fused", "shards": [
+                {"rank": 0, "row_offset": 0, "num_rows": 250, "col_offset": 0, "num_cols": 8},
+                {"rank": 1, "row_offset": 250, "num_rows": 250, "col_offset": 0, "num_cols": 8}]},
+            {"name": "c", "sharding_type": "column_wise", "compute_kernel": "fused", "shards": [
+                {"rank": 0, "row_offset": 0, "num_rows": 2000, "col_offset": 0, "num_cols": 16},
+                {"rank": 1, "row_offset": 0, "num_rows": 2000, "col_offset": 16, "num_cols": 16}]},
+        ],
+    }

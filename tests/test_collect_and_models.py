@@ -1,0 +1,100 @@
+import numpy as np
+import pandas as pd
+import pytest
+
+from shardplan.cost.baselines import GBMCostModel, RooflineCostModel
+from shardplan.cost.collect import collect_compute, random_sample
+from shardplan.cost.kernel import time_specs
+from shardplan.cost.model import NeuralCostModel
+from shardplan.cost.profiles import get_profile
+from shardplan.cost.specs import ShardSpec, specs_from_json
+from shardplan.cost.train import metrics
+from shardplan.domain import Table
+from shardplan.errors import InputError
+
+POOL = [Table(f"p{i}", 500 * (i + 1), 16, 2.0 + i, 0.3 * i) for i in range(6)]
+
+
+def test_time_specs_real_kernel():
+    specs = [ShardSpec("x", 5000, 0, 5000, 32, 8.0, 1.0, 256), ShardSpec("y", 800, 400, 400, 8, 3.0, 0.0, 256)]
+    fwd, bwd = time_specs(specs, "sgd", "fp32", "cpu", repeats=3)
+    assert fwd > 0 and bwd > 0
+    more = [ShardSpec("x", 5000, 0, 5000, 128, 64.0, 0.0, 2048)] * 4
+    f2, b2 = time_specs(more, "sgd", "fp32", "cpu", repeats=3)
+    assert f2 > fwd  # 100x the lookup work takes longer
+
+
+def test_random_sample_respects_budgets():
+    prof = get_profile("cpu-2c")
+    for i in range(50):
+        specs = random_sample(np.random.default_rng([1, i]), POOL, prof)
+        assert 1 <= len(specs) <= 15
+        assert len({s.batch_size for s in specs}) == 1
+        assert all(s.cols % 4 == 0 and 0 < s.rows <= s.table_rows for s in specs)
+        assert sum(s.rows * s.cols * 4 for s in specs) <= prof.max_sample_weight_bytes
+
+
+def test_collector_writes_stamped_rows_and_resumes(tmp_path):
+    prof = get_profile("cpu-2c")
+    out = tmp_path / "compute.parquet"
+    df = collect_compute(prof, POOL, out, 3, seed=5, repeats=2, warmup=1)
+    assert len(df) == 3 and out.exists()
+    for col in ("profile", "cpu_model", "cpu_cores", "torch", "fbgemm_gpu", "date", "load1_before",
+                "threads", "fwd_ms", "bwd_ms"):
+        assert col in df.columns
+    assert (df["fwd_ms"] > 0).all() and (df["bwd_ms"] > 0).all()
+    assert all(len(specs_from_json(s)) == n for s, n in zip(df["shards"], df["num_shards"]))
+    again = collect_compute(prof, POOL, out, 3, seed=5, repeats=2, warmup=1)
+    assert len(again) == 3  # nothing redone
+    more = collect_compute(prof, POOL, out, 5, seed=5, repeats=2, warmup=1)
+    assert sorted(more["sample"]) == [0, 1, 2, 3, 4]
+    assert pd.read_parquet(out)["shards"].iloc[0] == df["shards"].iloc[0]
+
+
+def _synthetic(n: int, seed: int = 0):
+    """Shard sets with a known cost law, to check that the models can learn and round-trip."""
+    rng = np.random.default_rng(seed)
+    sets, fwd, bwd = [], [], []
+    for _ in range(n):
+        k = int(rng.integers(1, 6))
+        specs = [ShardSpec(f"t{rng.integers(100)}", int(rng.integers(100, 10_000)), 0, 0, int(rng.choice([8, 16, 64])),
+                           float(rng.uniform(1, 20)), 0.0, 1024) for _ in range(k)]
+        specs = [ShardSpec(s.table, s.table_rows, 0, s.table_rows, s.cols, s.pooling_factor, 0.0, 1024) for s in specs]
+        work = sum(s.pooling_factor * s.cols for s in specs) / 100.0
+        sets.append(specs)
+        fwd.append(0.05 + work)
+        bwd.append(0.1 + 2 * work)
+    return sets, np.array(fwd), np.array(bwd)
+
+
+def test_neural_model_learns_and_round_trips(tmp_path):
+    sets, fwd, bwd = _synthetic(400)
+    model = NeuralCostModel(profile="cpu-2c", epochs=60, hidden=32, code=16).fit(sets, fwd, bwd, progress=False)
+    test_sets, tf, tb = _synthetic(100, seed=1)
+    pf, pb = model.predict(test_sets)
+    m = metrics(pf, pb, tf, tb)
+    assert m["fwd+bwd"]["mape"] < 0.25 and m["fwd+bwd"]["spearman"] > 0.9
+    model.save(tmp_path / "m.json", {"note": "test"})
+    loaded = NeuralCostModel.load(tmp_path / "m.json", profile="cpu-2c")
+    assert np.allclose(loaded.predict(test_sets)[0], pf, rtol=1e-5)
+    assert loaded.metadata["note"] == "test"
+    assert model.predict([[]])[0][0] == 0.0
+    with pytest.raises(InputError, match="trained for profile 'cpu-2c', not 'h100'"):
+        NeuralCostModel.load(tmp_path / "m.json", profile="h100")
+
+
+def test_corrupt_model_file(tmp_path):
+    bad = tmp_path / "m.json"
+    bad.write_text('{"format": "shardplan/compute-model@1", "profile": "cpu-2c"')
+    with pytest.raises(InputError, match="not a usable compute-cost model"):
+        NeuralCostModel.load(bad)
+    with pytest.raises(InputError, match="hidden"):
+        NeuralCostModel(profile="cpu-2c", hidden=0)
+
+
+def test_baselines_fit_predict():
+    sets, fwd, bwd = _synthetic(300)
+    for model in (RooflineCostModel(), GBMCostModel()):
+        pf, pb = model.fit(sets, fwd, bwd).predict(sets)
+        assert pf.shape == fwd.shape and (pf > 0).all() and (pb > 0).all()
+        assert metrics(pf, pb, fwd, bwd)["fwd+bwd"]["spearman"] > 0.8

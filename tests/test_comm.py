@@ -1,0 +1,58 @@
+import numpy as np
+import pytest
+
+from shardplan.cost.comm import AlphaBetaCommModel, FittedCommModel, rank_volumes
+from shardplan.cost.comm_collect import collect_comm
+from shardplan.cost.profiles import get_profile
+from shardplan.formats import load_plan
+
+
+def test_table_wise_volumes_by_hand(plan_dict):
+    plan_dict["tables"] = [plan_dict["tables"][0]] + [
+        {"name": "b", "sharding_type": "table_wise", "shards": [
+            {"rank": 1, "row_offset": 0, "num_rows": 500, "col_offset": 0, "num_cols": 8}]},
+        {"name": "c", "sharding_type": "table_wise", "shards": [
+            {"rank": 1, "row_offset": 0, "num_rows": 2000, "col_offset": 0, "num_cols": 32}]}]
+    vols = rank_volumes(load_plan(plan_dict))
+    b_l = 64
+    # rank 0 holds a (16 cols): sends rank 1 its 64 x 16 slice; receives b and c slices (8 + 32 cols).
+    assert vols[0].send == b_l * 16 * 4 and vols[0].recv == b_l * 40 * 4
+    assert vols[1].send == b_l * 40 * 4 and vols[1].recv == b_l * 16 * 4
+    assert vols[0].send_inter == 0  # one host
+
+
+def test_data_parallel_is_allreduce_only(plan_dict):
+    full = {"row_offset": 0, "num_rows": 500, "col_offset": 0, "num_cols": 8}
+    plan_dict["tables"] = [{"name": "b", "sharding_type": "data_parallel",
+                            "shards": [dict(full, rank=0), dict(full, rank=1)]}]
+    vols = rank_volumes(load_plan(plan_dict))
+    assert vols[0].send == 0 and vols[0].allreduce == pytest.approx(2 * 1 / 2 * 500 * 8 * 4)
+
+
+def test_fitted_model_recovers_a_linear_law():
+    rows = [{"world_size": w, "send_bytes": s, "recv_bytes": r, "ms": 0.2 + 0.05 * (w - 1) + 0.8 * s / 1e6 + 0.3 * r / 1e6}
+            for w in (2, 3, 4) for s in (1e4, 1e5, 1e6, 4e6) for r in (2e4, 3e5, 2e6)]
+    m = FittedCommModel.fit(rows, "cpu-2c")
+    assert m.coef == pytest.approx((0.2, 0.05, 0.8, 0.3), rel=1e-3, abs=1e-6)
+    assert m.fit_report["mape"] < 1e-3
+
+
+def test_alpha_beta_prefers_nvlink_to_network():
+    from shardplan.cost.comm import RankVolume
+    from shardplan.domain import Topology
+
+    m = AlphaBetaCommModel(profile="h100")
+    one_host = m.rank_comm_ms([RankVolume(send_intra=1e8, recv_intra=1e8)] * 8, Topology(8, 8))
+    two_hosts = m.rank_comm_ms([RankVolume(send_inter=1e8, recv_inter=1e8)] * 16, Topology(16, 8))
+    assert one_host[0][0] == pytest.approx(0.01 + 1e8 / 450e9 * 1e3)
+    assert two_hosts[0][0] > 5 * one_host[0][0]
+
+
+def test_collect_comm_on_gloo(tmp_path):
+    df = collect_comm(get_profile("cpu-2c"), tmp_path / "comm.parquet", world_sizes=(2,),
+                      configs_per_world=2, repeats=2)
+    assert len(df) == 4  # 2 configs x 2 ranks
+    assert (df["ms"] > 0).all() and (df["send_bytes"] > 0).all()
+    again = collect_comm(get_profile("cpu-2c"), tmp_path / "comm.parquet", world_sizes=(2,),
+                         configs_per_world=2, repeats=2)
+    assert len(again) == 4

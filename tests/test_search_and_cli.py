@@ -1,0 +1,146 @@
+"""Planning, evaluation and the CLI, against a small model trained here on real kernel timings."""
+import json
+
+import numpy as np
+import pytest
+
+from shardplan.cli import main
+from shardplan.cost.collect import collect_compute
+from shardplan.cost.estimator import PlanEstimator, comm_model_for
+from shardplan.cost.model import NeuralCostModel
+from shardplan.cost.profiles import get_profile
+from shardplan.cost.specs import specs_from_json
+from shardplan.domain import Table
+from shardplan.errors import InfeasibleError
+from shardplan.formats import load_plan, load_task
+from shardplan.search import get_searcher
+from shardplan.validate import plan_problems
+
+POOL = [Table(f"p{i}", 300 * (i + 1), 16, 1.0 + i, 0.2 * i) for i in range(8)]
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    d = tmp_path_factory.mktemp("model")
+    df = collect_compute(get_profile("cpu-2c"), POOL, d / "c.parquet", 12, repeats=2, warmup=1)
+    sets = [specs_from_json(s) for s in df["shards"]]
+    model = NeuralCostModel("cpu-2c", epochs=20, hidden=16, code=8).fit(
+        sets, df["fwd_ms"].to_numpy(), df["bwd_ms"].to_numpy(), progress=False)
+    model.save(d / "model.json", {"optimizers": ["sgd"]})
+    return d / "model.json"
+
+
+@pytest.fixture
+def estimator(model_path):
+    return PlanEstimator(NeuralCostModel.load(model_path), comm_model_for(get_profile("cpu-2c")), "cpu-2c", "test")
+
+
+def test_greedy_plans_are_valid_and_deterministic(task_dict, estimator):
+    task = load_task(task_dict)
+    a = get_searcher("greedy-cost").plan(task, estimator, seed=0)
+    b = get_searcher("greedy-cost").plan(task, estimator, seed=0)
+    assert plan_problems(a) == [] and a.tables == b.tables
+    assert a.cost.kind == "predicted" and len(a.cost.per_rank) == 2
+    assert a.search["searcher"] == "greedy-cost"
+
+
+def test_greedy_splits_a_table_too_big_for_one_rank(task_dict, estimator):
+    task_dict["tables"][2]["num_embeddings"] = 60_000  # 60k x 32 x 4 B = 7.3 MB > 5 MB per rank
+    task_dict["topology"]["memory_per_rank_gb"] = 0.005
+    plan = get_searcher("greedy-cost").plan(load_task(task_dict), estimator)
+    assert plan.sharding("c").sharding_type == "row_wise"
+    assert plan_problems(plan) == []
+
+
+def test_infeasible_task_names_the_table(task_dict, estimator):
+    task_dict["tables"][2]["num_embeddings"] = 200_000
+    task_dict["topology"]["memory_per_rank_gb"] = 0.005
+    with pytest.raises(InfeasibleError) as e:
+        get_searcher("greedy-cost").plan(load_task(task_dict), estimator)
+    assert e.value.field == "tables.c"
+
+
+def test_cli_plan_evaluate_measure(tmp_path, task_dict, model_path, capsys):
+    (tmp_path / "task.json").write_text(json.dumps(task_dict))
+    plan_path, out = tmp_path / "plan.json", tmp_path / "eval.json"
+    assert main(["plan", str(tmp_path / "task.json"), "--model", str(model_path), "-o", str(plan_path)]) == 0
+    assert main(["evaluate", str(plan_path), "--model", str(model_path), "-o", str(out), "--measure"]) == 0
+    printed = capsys.readouterr().out
+    assert "meas/pred" in printed and "fwd_meas" in printed
+    plan = load_plan(out)
+    assert plan.cost.kind == "predicted" and plan.measured_cost.kind == "measured"
+    assert all(r.fwd_compute_ms > 0 and r.bwd_compute_ms > 0 for r in plan.measured_cost.per_rank
+               if any(s.rank == r.rank for t in plan.tables for s in t.shards))
+    assert "measured: FBGEMM cpu TBE" in plan.measured_cost.extra["compute"]
+    assert json.loads(out.read_text())["cost"]["max_ms"] == pytest.approx(plan.cost.max_ms, abs=1e-3)
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda d: d["tables"][0].__setitem__("embedding_dim", "16"), "tables[0].embedding_dim"),
+    (lambda d: d["tables"][0].__setitem__("num_embeddings", -1), "tables[0].num_embeddings"),
+    (lambda d: d["topology"].__setitem__("memory_per_rank_gb", 1e-6), "tables."),
+])
+def test_cli_bad_task_exits_2_and_writes_nothing(tmp_path, task_dict, model_path, capsys, edit, needle):
+    edit(task_dict)
+    (tmp_path / "task.json").write_text(json.dumps(task_dict))
+    code = main(["plan", str(tmp_path / "task.json"), "--model", str(model_path), "-o", str(tmp_path / "p.json")])
+    assert code == 2
+    assert needle in capsys.readouterr().err
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_cli_malformed_json_and_invalid_plan(tmp_path, plan_dict, model_path, capsys):
+    (tmp_path / "bad.json").write_text("{not json")
+    assert main(["evaluate", str(tmp_path / "bad.json"), "-o", str(tmp_path / "o.json")]) == 2
+    assert "malformed JSON" in capsys.readouterr().err
+    plan_dict["tables"][1]["shards"][1]["row_offset"] = 100
+    (tmp_path / "p.json").write_text(json.dumps(plan_dict))
+    assert main(["evaluate", str(tmp_path / "p.json"), "--model", str(model_path), "-o", str(tmp_path / "o.json")]) == 2
+    assert "overlap" in capsys.readouterr().err
+    assert not (tmp_path / "o.json").exists()
+    assert main(["validate", str(tmp_path / "p.json")]) == 1
+
+
+def test_cli_unknown_searcher_and_profile(tmp_path, task_dict, capsys):
+    (tmp_path / "task.json").write_text(json.dumps(task_dict))
+    assert main(["plan", str(tmp_path / "task.json"), "--searcher", "magic", "-o", str(tmp_path / "p.json")]) == 2
+    assert "unknown searcher 'magic'" in capsys.readouterr().err
+    assert main(["plan", str(tmp_path / "task.json"), "--profile", "tpu", "-o", str(tmp_path / "p.json")]) == 2
+    assert "unknown hardware profile" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["greedy-cost", "greedy-size", "greedy-dim", "greedy-lookup",
+                                  "greedy-size-lookup", "random", "round-robin", "torchrec"])
+def test_every_searcher_gives_a_valid_plan(name, task_dict, estimator):
+    plan = get_searcher(name).plan(load_task(task_dict), estimator, seed=1)
+    assert plan_problems(plan) == []
+    assert plan.search["searcher"] == name and plan.cost.kind == "predicted"
+
+
+@pytest.mark.parametrize("name", ["greedy-size", "greedy-lookup", "random", "round-robin"])
+def test_heuristics_split_oversized_tables(name, task_dict, estimator):
+    task_dict["tables"][2]["num_embeddings"] = 60_000
+    task_dict["topology"]["memory_per_rank_gb"] = 0.005
+    plan = get_searcher(name).plan(load_task(task_dict), estimator)
+    assert plan.sharding("c").sharding_type == "row_wise" and plan_problems(plan) == []
+
+
+def test_lpt_balances_lookup_cost(estimator):
+    task = load_task({"format": "shardplan/task@1", "topology": {"world_size": 2}, "tables": [
+        {"name": n, "num_embeddings": 100, "embedding_dim": d, "pooling_factor": 1.0}
+        for n, d in (("a", 64), ("b", 32), ("c", 32), ("d", 8), ("e", 8))]})
+    plan = get_searcher("greedy-dim").plan(task, estimator)
+    ranks = {t.name: t.shards[0].rank for t in plan.tables}
+    # LPT by dim: a=64 alone on one rank, b+c (64) on the other, then d and e split.
+    assert ranks["b"] == ranks["c"] != ranks["a"] and ranks["d"] != ranks["e"]
+
+
+def test_torchrec_plan_round_trip(plan_dict):
+    from shardplan.search.torchrec_adapter import from_torchrec_plan, to_torchrec_plan
+
+    plan = load_plan(plan_dict)
+    tr = to_torchrec_plan(plan)
+    ps = tr.plan[""]
+    assert ps["a"].sharding_type == "table_wise" and ps["a"].ranks == [0]
+    assert ps["c"].sharding_spec.shards[1].shard_offsets == [0, 16]
+    assert tuple(from_torchrec_plan(plan.task, ps)) == plan.tables
