@@ -49,7 +49,9 @@ def _parse(model: type[BaseModel], data: Any, what: str) -> Any:
         if err["type"] == "literal_error" and loc and loc[-1] == "format":
             expected = TASK_FORMAT if model is TaskModel else PLAN_FORMAT
             raise InputError("format", f"is {err.get('input')!r}", f"set it to {expected!r}") from None
-        raise InputError(_field_path(loc), f"{msg} (got {err.get('input')!r})") from None
+        got = err.get("input")
+        shown = f" (got {got!r})" if isinstance(got, (str, int, float, bool)) or got is None else ""
+        raise InputError(_field_path(loc), msg + shown) from None
 
 
 def _read(source: Source) -> Any:

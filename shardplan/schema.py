@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .domain import DTYPE_BYTES, OPTIMIZERS, SHARDING_TYPES
 
@@ -67,14 +67,15 @@ class TaskModel(_Open):
     optimizer: Literal[OPTIMIZERS] = "sgd"  # type: ignore[valid-type]
     dtype: Literal[tuple(DTYPE_BYTES)] = "fp32"  # type: ignore[valid-type]
 
-    @model_validator(mode="after")
-    def _unique_names(self) -> "TaskModel":
+    @field_validator("tables")
+    @classmethod
+    def _unique_names(cls, tables: list[TableModel]) -> list[TableModel]:
         seen: set[str] = set()
-        for t in self.tables:
+        for t in tables:
             if t.name in seen:
                 raise ValueError(f"table name {t.name!r} appears twice; table names must be unique")
             seen.add(t.name)
-        return self
+        return tables
 
 
 class ShardModel(_Open):

@@ -98,3 +98,14 @@ def test_baselines_fit_predict():
         pf, pb = model.fit(sets, fwd, bwd).predict(sets)
         assert pf.shape == fwd.shape and (pf > 0).all() and (pb > 0).all()
         assert metrics(pf, pb, fwd, bwd)["fwd+bwd"]["spearman"] > 0.8
+
+
+def test_incremental_sums_match_whole_set_prediction():
+    sets, fwd, bwd = _synthetic(200)
+    model = NeuralCostModel(profile="cpu-2c", epochs=5, hidden=16, code=8).fit(sets, fwd, bwd, progress=False)
+    specs = sets[0] + sets[1]
+    codes, times = model.encode_shards(specs)
+    ms = model.combine(codes.sum(0, keepdims=True), times.sum(0, keepdims=True), np.array([len(specs)]))
+    f, b = model.predict([specs])
+    assert ms[0] == pytest.approx([f[0], b[0]], rel=1e-4)
+    assert model.combine(np.zeros((1, 8)), np.zeros((1, 2)), np.array([0])).tolist() == [[0.0, 0.0]]

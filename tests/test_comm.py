@@ -30,10 +30,16 @@ def test_data_parallel_is_allreduce_only(plan_dict):
 
 
 def test_fitted_model_recovers_a_linear_law():
-    rows = [{"world_size": w, "send_bytes": s, "recv_bytes": r, "ms": 0.2 + 0.05 * (w - 1) + 0.8 * s / 1e6 + 0.3 * r / 1e6}
-            for w in (2, 3, 4) for s in (1e4, 1e5, 1e6, 4e6) for r in (2e4, 3e5, 2e6)]
+    rows = []
+    for w in (2, 3, 4):
+        for config, (s, r) in enumerate([(s, r) for s in (1e4, 1e5, 1e6, 4e6) for r in (2e4, 3e5, 2e6)]):
+            # Two ranks per collective: this one and a busier peer that sets the peak.
+            peak = max(s, r, 3e6 * (config % 3))
+            for send, recv in ((s, r), (peak, peak)):
+                rows.append({"world_size": w, "config": config, "send_bytes": send, "recv_bytes": recv,
+                             "ms": 0.2 + 0.05 * (w - 1) + (0.8 * send + 0.3 * recv + 0.5 * peak) / 1e6})
     m = FittedCommModel.fit(rows, "cpu-2c")
-    assert m.coef == pytest.approx((0.2, 0.05, 0.8, 0.3), rel=1e-3, abs=1e-6)
+    assert m.coef == pytest.approx((0.2, 0.05, 0.8, 0.3, 0.5), rel=1e-3, abs=1e-6)
     assert m.fit_report["mape"] < 1e-3
 
 

@@ -120,41 +120,56 @@ def _needs_a2a(vols: list[RankVolume]) -> bool:
 
 @dataclass
 class FittedCommModel:
-    """``t = a + b (W - 1) + c MB_sent + d MB_received`` (all >= 0), fitted to measured all-to-alls.
+    """``t = a + b (W-1) + c MB_sent + d MB_received + e MB_peak`` (all >= 0), fitted to measured all-to-alls.
 
-    All-reduce volume is priced as the same number of bytes sent and received.
+    ``MB_peak`` is the largest volume any rank of the collective sends or
+    receives: an all-to-all synchronises its ranks, so each one waits for the
+    busiest. The fit minimises relative error (weights 1/t^2), because plan
+    volumes span three orders of magnitude. All-reduce volume is priced as the
+    same number of bytes sent and received by every rank.
     """
 
-    coef: tuple[float, float, float, float]
+    coef: tuple[float, ...]
     profile: str
     fit_report: dict = field(default_factory=dict)
     name: str = "fitted-gloo-all-to-all"
     kind: str = "predicted from measured all-to-all"
 
-    def _ms(self, world: int, send: float, recv: float) -> float:
-        a, b, c, d = self.coef
-        return a + b * (world - 1) + c * send / 1e6 + d * recv / 1e6
+    def _ms(self, world: int, send: float, recv: float, peak: float) -> float:
+        a, b, c, d, e = self.coef
+        return a + b * (world - 1) + (c * send + d * recv + e * peak) / 1e6
 
     def rank_comm_ms(self, vols: list[RankVolume], topo: Topology) -> list[tuple[float, float]]:
         if topo.world_size == 1:
             return [(0.0, 0.0)]
-        a2a = _needs_a2a(vols)
+        w = topo.world_size
+        peak = max(max(v.send, v.recv) for v in vols)
+        ar_peak = max(v.allreduce for v in vols)
         out = []
         for v in vols:
-            fwd = self._ms(topo.world_size, v.send, v.recv) if a2a else 0.0
-            bwd = self._ms(topo.world_size, v.recv, v.send) if a2a else 0.0
+            fwd = self._ms(w, v.send, v.recv, peak) if peak else 0.0
+            bwd = self._ms(w, v.recv, v.send, peak) if peak else 0.0
             if v.allreduce:
-                bwd += self._ms(topo.world_size, v.allreduce, v.allreduce)
+                bwd += self._ms(w, v.allreduce, v.allreduce, ar_peak)
             out.append((fwd, bwd))
         return out
+
+    @staticmethod
+    def _features(rows: list[dict]) -> np.ndarray:
+        peak: dict[tuple, float] = {}
+        for r in rows:
+            key = (r["world_size"], r["config"])
+            peak[key] = max(peak.get(key, 0.0), r["send_bytes"], r["recv_bytes"])
+        return np.array([[r["world_size"] - 1, r["send_bytes"] / 1e6, r["recv_bytes"] / 1e6,
+                          peak[(r["world_size"], r["config"])] / 1e6] for r in rows])
 
     @classmethod
     def fit(cls, rows: list[dict], profile: str) -> "FittedCommModel":
         from sklearn.linear_model import LinearRegression
 
-        x = np.array([[r["world_size"] - 1, r["send_bytes"] / 1e6, r["recv_bytes"] / 1e6] for r in rows])
+        x = cls._features(rows)
         y = np.array([r["ms"] for r in rows])
-        reg = LinearRegression(positive=True).fit(x, y)
+        reg = LinearRegression(positive=True).fit(x, y, sample_weight=1.0 / y**2)
         pred = reg.predict(x)
         report = {"n": len(rows), "mape": float(np.mean(np.abs(pred - y) / y)),
                   "r2": float(reg.score(x, y))}
@@ -164,7 +179,7 @@ class FittedCommModel:
     def save(self, path: Path, metadata: dict) -> None:
         path.write_text(json.dumps({"format": "shardplan/comm-model@1", "model": self.name,
                                     "profile": self.profile, "coef_ms": list(self.coef),
-                                    "coef_meaning": "ms = a + b*(W-1) + c*MB_sent + d*MB_received",
+                                    "coef_meaning": "ms = a + b*(W-1) + c*MB_sent + d*MB_received + e*MB_peak",
                                     "fit": self.fit_report, "metadata": metadata}, indent=2) + "\n")
 
     @classmethod
@@ -172,6 +187,8 @@ class FittedCommModel:
         try:
             d = json.loads(Path(path).read_text())
             model = cls(coef=tuple(d["coef_ms"]), profile=d["profile"], fit_report=d.get("fit", {}))
+            if len(model.coef) != 5:
+                raise ValueError(f"expected 5 coefficients, got {len(model.coef)}")
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise InputError(str(path), f"not a usable comm model: {e}",
                              "re-run `shardplan collect comm`") from None

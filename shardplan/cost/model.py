@@ -52,16 +52,23 @@ class _SetNet(nn.Module):
         self.shard_time = nn.Linear(code, 2)
         self.context = nn.Sequential(nn.Linear(code + 1, hidden), nn.SiLU(), nn.Linear(hidden, 4))
 
+    def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-shard codes ``[..., C]`` and per-shard times ``[..., 2]`` for features ``[..., F]``."""
+        codes = self.encoder(x)
+        return codes, torch.exp(self.shard_time(codes).clamp(max=30.0))
+
+    def combine(self, code_sum: torch.Tensor, time_sum: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        """Log ms ``[N, 2]`` of sets given their summed codes, summed shard times and sizes ``[N, 1]``."""
+        count = count.clamp(min=1.0)
+        ctx = self.context(torch.cat([code_sum / count, torch.log2(count)], dim=1))
+        log_factor, log_overhead = ctx[:, :2], ctx[:, 2:]
+        return torch.logaddexp(torch.log(time_sum + 1e-9) + log_factor, log_overhead)
+
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Log ms ``[N, 2]`` (fwd, bwd) for padded sets ``x [N, S, F]`` with ``mask [N, S]``."""
-        codes = self.encoder(x)
+        codes, times = self.encode(x)
         m = mask.unsqueeze(-1)
-        per_shard = torch.exp(self.shard_time(codes).clamp(max=30.0)) * m
-        total = per_shard.sum(dim=1)
-        count = mask.sum(dim=1, keepdim=True).clamp(min=1.0)
-        ctx = self.context(torch.cat([(codes * m).sum(dim=1) / count, torch.log2(count)], dim=1))
-        log_factor, log_overhead = ctx[:, :2], ctx[:, 2:]
-        return torch.logaddexp(torch.log(total + 1e-9) + log_factor, log_overhead)
+        return self.combine((codes * m).sum(dim=1), (times * m).sum(dim=1), mask.sum(dim=1, keepdim=True))
 
 
 class NeuralCostModel:
@@ -139,6 +146,32 @@ class NeuralCostModel:
         out_f[nonempty] = ms[:, 0]
         out_b[nonempty] = ms[:, 1]
         return out_f, out_b
+
+    # ---- incremental use (search) -----------------------------------------------------------
+    def encode_shards(self, specs: list[ShardSpec]) -> tuple[np.ndarray, np.ndarray]:
+        """Codes ``[n, C]`` and own times ``[n, 2]`` of shards; a rank is the sum of its shards' rows.
+
+        With :meth:`combine`, a searcher scores "rank r plus shard s" by adding
+        two vectors instead of re-running the model on the whole set.
+        """
+        if self.net is None:
+            raise RuntimeError("the model is not fitted; call fit() or load()")
+        if not specs:
+            return np.zeros((0, self.code), np.float32), np.zeros((0, 2), np.float32)
+        x, _ = set_features([specs])
+        x = (x[0] - self.mean) / self.std
+        with torch.no_grad():
+            codes, times = self.net.encode(torch.from_numpy(x))
+        return codes.numpy(), times.numpy()
+
+    def combine(self, code_sum: np.ndarray, time_sum: np.ndarray, count: np.ndarray) -> np.ndarray:
+        """Forward and backward ms ``[m, 2]`` of ``m`` sets from their sums (0 for empty sets)."""
+        assert self.net is not None
+        with torch.no_grad():
+            y = self.net.combine(torch.as_tensor(code_sum, dtype=torch.float32),
+                                 torch.as_tensor(time_sum, dtype=torch.float32),
+                                 torch.as_tensor(count, dtype=torch.float32).reshape(-1, 1)).numpy()
+        return np.where(np.asarray(count).reshape(-1, 1) > 0, np.exp(y), 0.0)
 
     # ---- persistence ------------------------------------------------------------------------
     def save(self, path: str | Path, metadata: dict[str, Any] | None = None) -> None:

@@ -1,0 +1,277 @@
+"""NeuroShard's searches (Zha et al., MLSys'23) over the learned cost model.
+
+**Table-wise greedy grid** (``neuroshard-tw``): placement units (whole tables
+or column blocks) in descending order of predicted cost; each goes to the rank
+whose *whole* predicted compute after taking it (the fused kernel, from the
+model, not a sum) is lowest, among ranks with memory left and within a balance
+cap on the rank's summed embedding dims (what its all-to-all moves). The cap's
+scale is swept over a grid; every candidate plan is scored with the full
+predicted plan cost (compute + comm) and the best kept. Scoring "rank r plus
+unit u" adds u's code to r's running sums (the model's sum pooling), so a
+placement step is one small batched evaluation.
+
+**Beam search** (``neuroshard``, the default): a state says how each table is
+sharded: whole, in 2/4/8 column blocks, row-wise over all ranks, table-row-wise
+over one host, or replicated (data-parallel). Moves split the costliest tables
+into more column blocks, turn hot tables row-wise, and replicate small tables;
+each candidate state is scored by re-running the table-wise grid search. The
+``beam_width`` best states survive each of ``steps`` steps.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..cost.estimator import PlanEstimator
+from ..cost.specs import ShardSpec
+from ..domain import Plan, Shard, Table, TableSharding, Task
+from ..errors import InfeasibleError
+from ..memory import GB, shard_bytes
+from .base import Searcher, register
+from .placement import row_wise_shards
+
+GRID = (1.0, 1.1, 1.25, 1.5, 2.0, float("inf"))
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A movable piece: a whole table (``blocks == 1``) or one of its column blocks."""
+
+    table: Table
+    col_offset: int
+    num_cols: int
+    blocks: int
+
+
+def column_blocks(table: Table, blocks: int) -> list[tuple[int, int]]:
+    """(offset, cols) of ``blocks`` column blocks, each a multiple of 4 wide (FBGEMM's constraint)."""
+    quads = table.embedding_dim // 4
+    sizes = [(quads // blocks + (1 if i < quads % blocks else 0)) * 4 for i in range(blocks)]
+    out, off = [], 0
+    for s in sizes:
+        out.append((off, s))
+        off += s
+    return out
+
+
+def max_blocks(table: Table) -> int:
+    return table.embedding_dim // 4
+
+
+@dataclass
+class _Fixed:
+    """Shards whose ranks are decided by their type (row-wise, table-row-wise, data-parallel)."""
+
+    shardings: list[TableSharding] = field(default_factory=list)
+
+
+class _Placer:
+    """Greedy placement of units under one balance cap, with the model's incremental sums."""
+
+    def __init__(self, task: Task, estimator: PlanEstimator) -> None:
+        self.task = task
+        self.est = estimator
+        self.model = estimator.compute
+        self.world = task.topology.world_size
+        self.cap = task.topology.memory_per_rank_gb * GB
+        self._enc: dict[ShardSpec, tuple[np.ndarray, np.ndarray]] = {}
+
+    def spec(self, table: Table, st: str, shard: Shard) -> ShardSpec:
+        batch = self.task.batch_size_per_rank if st == "data_parallel" else self.task.global_batch_size
+        return ShardSpec(table.name, table.num_embeddings, shard.row_offset, shard.num_rows, shard.num_cols,
+                         table.pooling_factor, table.zipf_alpha, batch)
+
+    def encode(self, specs: list[ShardSpec]) -> tuple[np.ndarray, np.ndarray]:
+        missing = [s for s in dict.fromkeys(specs) if s not in self._enc]
+        if missing:
+            codes, times = self.model.encode_shards(missing)
+            for s, c, t in zip(missing, codes, times):
+                self._enc[s] = (c, t)
+        return (np.stack([self._enc[s][0] for s in specs]), np.stack([self._enc[s][1] for s in specs]))
+
+    def place(self, units: list[Unit], fixed: list[TableSharding], balance: float) -> list[TableSharding] | None:
+        """Place ``units`` greedily beside ``fixed``; None when memory cannot hold them."""
+        task, world = self.task, self.world
+        code_dim = self.model.code
+        code_sum = np.zeros((world, code_dim), np.float32)
+        time_sum = np.zeros((world, 2), np.float32)
+        count = np.zeros(world, np.float32)
+        mem = np.zeros(world)
+        dims = np.zeros(world)
+        for ts in fixed:
+            t = task.table(ts.name)
+            for sh in ts.shards:
+                c, tm = self.encode([self.spec(t, ts.sharding_type, sh)])
+                code_sum[sh.rank] += c[0]
+                time_sum[sh.rank] += tm[0]
+                count[sh.rank] += 1
+                mem[sh.rank] += shard_bytes(task, t, ts.sharding_type, sh)
+                dims[sh.rank] += sh.num_cols
+        if (mem > self.cap).any():
+            return None
+        shards = [Shard(0, 0, u.table.num_embeddings, u.col_offset, u.num_cols) for u in units]
+        specs = [self.spec(u.table, "table_wise", s) for u, s in zip(units, shards)]
+        codes, times = self.encode(specs) if units else (None, None)
+        need = np.array([shard_bytes(task, u.table, "column_wise", s) for u, s in zip(units, shards)])
+        solo = times.sum(axis=1) if units else np.zeros(0)
+        dim_cap = balance * (dims.sum() + sum(u.num_cols for u in units)) / world
+        placed: dict[str, list[Shard]] = {}
+        for i in sorted(range(len(units)), key=lambda i: (-solo[i], units[i].table.name, units[i].col_offset)):
+            ok = mem + need[i] <= self.cap
+            if not ok.any():
+                return None
+            balanced = ok & (dims + units[i].num_cols <= dim_cap)
+            cand = np.flatnonzero(balanced if balanced.any() else ok)
+            ms = self.model.combine(code_sum[cand] + codes[i], time_sum[cand] + times[i], count[cand] + 1)
+            r = int(cand[int(np.argmin(ms.sum(axis=1)))])
+            code_sum[r] += codes[i]
+            time_sum[r] += times[i]
+            count[r] += 1
+            mem[r] += need[i]
+            dims[r] += units[i].num_cols
+            u = units[i]
+            placed.setdefault(u.table.name, []).append(Shard(r, 0, u.table.num_embeddings, u.col_offset, u.num_cols))
+        out = list(fixed)
+        for name, shs in placed.items():
+            st = "table_wise" if len(shs) == 1 and shs[0].num_cols == task.table(name).embedding_dim else "column_wise"
+            out.append(TableSharding(name, st, tuple(sorted(shs, key=lambda s: s.col_offset))))
+        return out
+
+    def best_over_grid(self, units: list[Unit], fixed: list[TableSharding],
+                       grid: tuple[float, ...] = GRID) -> tuple[float, list[TableSharding]] | None:
+        best = None
+        for balance in grid:
+            tables = self.place(units, fixed, balance)
+            if tables is None:
+                continue
+            cost = self.est.estimate(Plan(task=self.task, tables=tuple(tables))).max_ms
+            if best is None or cost < best[0]:
+                best = (cost, tables)
+        return best
+
+
+def _require_incremental(estimator: PlanEstimator) -> None:
+    if not hasattr(estimator.compute, "encode_shards"):
+        raise TypeError("the NeuroShard searchers need a compute model with encode_shards/combine "
+                        "(the neural cost model)")
+
+
+# A state: per table, how it is sharded: ("tw"|"cw", blocks) or ("rw",) or ("twrw", host) or ("dp",).
+State = tuple[tuple[str, int], ...]
+
+
+def _materialise(task: Task, state: State) -> tuple[list[Unit], list[TableSharding]]:
+    units: list[Unit] = []
+    fixed: list[TableSharding] = []
+    topo = task.topology
+    for t, (kind, k) in zip(task.tables, state):
+        if kind in ("tw", "cw"):
+            units += [Unit(t, off, cols, k) for off, cols in column_blocks(t, k)]
+        elif kind == "rw":
+            fixed.append(TableSharding(t.name, "row_wise", row_wise_shards(t, list(range(topo.world_size)))))
+        elif kind == "twrw":
+            ranks = list(range(k * topo.local_world_size, (k + 1) * topo.local_world_size))
+            fixed.append(TableSharding(t.name, "table_row_wise", row_wise_shards(t, ranks)))
+        else:  # dp
+            fixed.append(TableSharding(t.name, "data_parallel", tuple(
+                Shard(r, 0, t.num_embeddings, 0, t.embedding_dim) for r in range(topo.world_size))))
+    return units, fixed
+
+
+def _initial_state(task: Task) -> State:
+    """Whole tables, except those too big for one rank, which go row-wise."""
+    cap = task.topology.memory_per_rank_gb * GB
+    state = []
+    for t in task.tables:
+        whole = shard_bytes(task, t, "table_wise", Shard(0, 0, t.num_embeddings, 0, t.embedding_dim))
+        state.append(("rw", 0) if whole > cap else ("tw", 1))
+    return tuple(state)
+
+
+@register
+class NeuroShardTableWise(Searcher):
+    name = "neuroshard-tw"
+    description = "NeuroShard table-wise greedy grid search over the learned cost model"
+
+    def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]:
+        _require_incremental(estimator)
+        placer = _Placer(task, estimator)
+        units, fixed = _materialise(task, _initial_state(task))
+        best = placer.best_over_grid(units, fixed)
+        if best is None:
+            raise InfeasibleError("task", "no table-wise placement fits every rank's memory, even with "
+                                  "oversized tables split row-wise", "raise topology.memory_per_rank_gb or add ranks")
+        return best[1]
+
+
+@register
+class NeuroShardBeam(Searcher):
+    """Column-wise beam search (plus row-wise and data-parallel moves) around the greedy grid."""
+
+    name = "neuroshard"
+    description = ("NeuroShard beam search over column splits, row-wise and data-parallel choices, "
+                   "each scored by the table-wise greedy grid")
+
+    def __init__(self, beam_width: int = 3, steps: int = 4, candidates: int = 6,
+                 time_budget_s: float = 20.0, grid: tuple[float, ...] = GRID) -> None:
+        self.beam_width, self.steps, self.candidates = beam_width, steps, candidates
+        self.time_budget_s, self.grid = time_budget_s, grid
+
+    def _moves(self, task: Task, state: State, placer: _Placer) -> list[State]:
+        """Neighbouring states: split a costly table further, make it row-wise, or replicate a small one."""
+        tables = task.tables
+        specs = [placer.spec(t, "table_wise", Shard(0, 0, t.num_embeddings, 0, t.embedding_dim)) for t in tables]
+        _, times = placer.encode(specs)
+        solo = times.sum(axis=1)
+        per_block = [solo[i] / (state[i][1] if state[i][0] in ("tw", "cw") else 1e9) for i in range(len(tables))]
+        order = sorted(range(len(tables)), key=lambda i: -per_block[i])[: self.candidates]
+        out: list[State] = []
+        topo = task.topology
+        for i in order:
+            kind, k = state[i]
+            if kind in ("tw", "cw"):
+                for nk in (2 * k, 4 * k):
+                    if nk <= max_blocks(tables[i]) and nk <= 2 * topo.world_size:
+                        out.append(state[:i] + (("cw", nk),) + state[i + 1:])
+                if topo.world_size > 1:
+                    out.append(state[:i] + (("rw", 0),) + state[i + 1:])
+                    if topo.num_hosts > 1:
+                        out.append(state[:i] + (("twrw", i % topo.num_hosts),) + state[i + 1:])
+        # Replicating a table costs its gradient all-reduce; only small tables can win.
+        small = sorted((i for i, t in enumerate(tables) if state[i] == ("tw", 1)),
+                       key=lambda i: tables[i].num_embeddings * tables[i].embedding_dim)[:2]
+        out += [state[:i] + (("dp", 0),) + state[i + 1:] for i in small]
+        return out
+
+    def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]:
+        _require_incremental(estimator)
+        t0 = time.perf_counter()
+        placer = _Placer(task, estimator)
+        scored: dict[State, tuple[float, list[TableSharding]] | None] = {}
+
+        def score(state: State):
+            if state not in scored:
+                units, fixed = _materialise(task, state)
+                scored[state] = placer.best_over_grid(units, fixed, self.grid)
+            return scored[state]
+
+        start = _initial_state(task)
+        if score(start) is None:
+            raise InfeasibleError("task", "no placement fits every rank's memory, even with oversized tables "
+                                  "split row-wise", "raise topology.memory_per_rank_gb or add ranks")
+        beam = [start]
+        for _ in range(self.steps):
+            children = {c for s in beam for c in self._moves(task, s, placer)}
+            for c in sorted(children):
+                if time.perf_counter() - t0 > self.time_budget_s:
+                    break
+                score(c)
+            ranked = sorted((s for s in set(beam) | children if scored.get(s)), key=lambda s: (scored[s][0], s))
+            new_beam = ranked[: self.beam_width]
+            if new_beam == beam or time.perf_counter() - t0 > self.time_budget_s:
+                beam = new_beam
+                break
+            beam = new_beam
+        return scored[beam[0]][1]
