@@ -96,8 +96,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     from .report_text import cost_table, plan_table
     from .search import get_searcher
 
+    from .search import DEFAULT_SEARCHER
+
     task = load_task(args.task)
-    searcher = get_searcher(args.searcher)
+    searcher = get_searcher(args.searcher or DEFAULT_SEARCHER)
     plan = searcher.plan(task, _estimator(args), seed=args.seed)
     save_plan(plan, args.out)
     print(plan_table(plan))
@@ -152,6 +154,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from .execute.bench import REFERENCE, geomean_vs, run_bench
+    from .search import SEARCHERS
+
+    names = ([REFERENCE] + sorted(n for n in SEARCHERS if n != REFERENCE) if args.searchers == "all"
+             else args.searchers.split(","))
+    for n in names:
+        if n not in SEARCHERS:
+            raise InputError("--searchers", f"unknown searcher {n!r}", f"use some of {sorted(SEARCHERS)}")
+    suite = Path(args.suite)
+    name = args.name or f"bench-{args.profile}-{suite.name}"
+    df = run_bench(suite, names, _estimator(args), args.profile, args.rounds, Path(args.out), name, args.seed)
+    print(geomean_vs(df).to_string(index=False))
+    print(f"wrote {args.out}/{name}.csv and .md")
+    return 0
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     from .formats import load_plan
     from .validate import plan_problems
@@ -192,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     plan = with_profile(sub.add_parser("plan", help="plan a task"))
     plan.add_argument("task")
-    plan.add_argument("--searcher", default="greedy-cost")
+    plan.add_argument("--searcher", default=None, help="default: the best searcher (see `searchers`)")
     plan.add_argument("--seed", type=int, default=0)
     plan.add_argument("-o", "--out", required=True)
     plan.set_defaults(func=_cmd_plan)
@@ -209,6 +228,15 @@ def build_parser() -> argparse.ArgumentParser:
     val.set_defaults(func=_cmd_validate)
 
     sub.add_parser("searchers", help="list the searchers").set_defaults(func=_cmd_searchers)
+
+    bench = with_profile(sub.add_parser("bench", help="every searcher on every task of a suite, measured"))
+    bench.add_argument("--suite", default="data/tasks/cpu-bench")
+    bench.add_argument("--searchers", default="all", help="comma-separated names, or all")
+    bench.add_argument("--rounds", type=int, default=1, help="interleaved measurement rounds per task")
+    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--out", default="bench/results")
+    bench.add_argument("--name", help="result file stem (default bench-<profile>-<suite>)")
+    bench.set_defaults(func=_cmd_bench)
 
     train = with_profile(sub.add_parser("train", help="train the compute-cost model from committed data"),
                          model=False)
@@ -236,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--seed", type=int, default=0)
     cc.add_argument("--pools", default=",".join(COLLECT_POOLS))
     cc.add_argument("--optimizer", default="sgd")
-    cc.add_argument("--repeats", type=int, default=5)
+    cc.add_argument("--repeats", type=int, default=None, help="timed iterations (default: the profile's)")
     cc.add_argument("--min-shards", type=int, default=1)
     cc.add_argument("--max-shards", type=int, default=15)
     cc.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute.parquet, "

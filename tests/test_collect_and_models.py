@@ -17,11 +17,14 @@ POOL = [Table(f"p{i}", 500 * (i + 1), 16, 2.0 + i, 0.3 * i) for i in range(6)]
 
 def test_time_specs_real_kernel():
     specs = [ShardSpec("x", 5000, 0, 5000, 32, 8.0, 1.0, 256), ShardSpec("y", 800, 400, 400, 8, 3.0, 0.0, 256)]
-    fwd, bwd = time_specs(specs, "sgd", "fp32", "cpu", repeats=3)
-    assert fwd > 0 and bwd > 0
+    t = time_specs(specs, "sgd", "fp32", "cpu", repeats=3)
+    assert t.fwd_ms > 0 and t.bwd_ms > 0 and len(t.fwd_samples_ms) == 3
+    assert t.fwd_ms == sorted(t.fwd_samples_ms)[1]  # the median of the repeats
     more = [ShardSpec("x", 5000, 0, 5000, 128, 64.0, 0.0, 2048)] * 4
-    f2, b2 = time_specs(more, "sgd", "fp32", "cpu", repeats=3)
-    assert f2 > fwd  # 100x the lookup work takes longer
+    assert time_specs(more, "sgd", "fp32", "cpu", repeats=3).fwd_ms > t.fwd_ms  # 100x the lookup work
+    # A data-parallel replica sees another batch: two TBE ops, their times add up.
+    mixed = time_specs(specs + [ShardSpec("z", 300, 0, 300, 8, 2.0, 0.0, 64)], "sgd", "fp32", "cpu", repeats=3)
+    assert len(mixed.fwd_samples_ms) == 3 and mixed.fwd_ms > 0
 
 
 def test_random_sample_respects_budgets():
@@ -40,7 +43,7 @@ def test_collector_writes_stamped_rows_and_resumes(tmp_path):
     df = collect_compute(prof, POOL, out, 3, seed=5, repeats=2, warmup=1)
     assert len(df) == 3 and out.exists()
     for col in ("profile", "cpu_model", "cpu_cores", "torch", "fbgemm_gpu", "date", "load1_before",
-                "threads", "fwd_ms", "bwd_ms"):
+                "threads", "fwd_ms", "bwd_ms", "fwd_samples_ms", "warmup", "repeats"):
         assert col in df.columns
     assert (df["fwd_ms"] > 0).all() and (df["bwd_ms"] > 0).all()
     assert all(len(specs_from_json(s)) == n for s, n in zip(df["shards"], df["num_shards"]))
@@ -109,3 +112,26 @@ def test_incremental_sums_match_whole_set_prediction():
     f, b = model.predict([specs])
     assert ms[0] == pytest.approx([f[0], b[0]], rel=1e-4)
     assert model.combine(np.zeros((1, 8)), np.zeros((1, 2)), np.array([0])).tolist() == [[0.0, 0.0]]
+
+
+def test_train_round_trip_on_a_tiny_collected_sample(tmp_path):
+    from shardplan.cost.train import train_and_report
+
+    prof = get_profile("cpu-2c")
+    df = collect_compute(prof, POOL, tmp_path / "compute.parquet", 30, seed=3, repeats=2, warmup=1)
+    assert {"ref_before_ms", "ref_after_ms"} <= set(df.columns) and (df.ref_before_ms > 0).all()
+    meta = train_and_report(prof, epochs=3, data_dir=tmp_path, progress=False)
+    assert meta["train_samples"] + meta["holdout_samples"] == 30
+    assert set(meta["evaluation"]["holdout"]["models"]) == {"neural", "roofline (TorchRec form)", "gbm (hand features)"}
+    model = NeuralCostModel.load(tmp_path / "compute-model.json", profile="cpu-2c")
+    assert model.metadata["reference_ms"] == pytest.approx(meta["reference_ms"])
+    assert (tmp_path / "reference.json").exists() and (tmp_path / "compute-model-report.md").exists()
+    f, b = model.predict([specs_from_json(df.shards.iloc[0])])
+    assert f[0] > 0 and b[0] > 0
+
+
+def test_slowdown_divides_out_drift():
+    from shardplan.cost.kernel import slowdown, time_reference
+
+    assert slowdown(2.0, 4.0, 1.5) == pytest.approx(2.0)
+    assert time_reference() > 0

@@ -21,6 +21,56 @@ def test_table_wise_volumes_by_hand(plan_dict):
     assert vols[0].send_inter == 0  # one host
 
 
+def _reference_volumes(plan):
+    """The volume rules applied message by message (slow, obviously right)."""
+    from shardplan.cost.comm import RankVolume
+
+    task, topo = plan.task, plan.task.topology
+    vols = [RankVolume() for _ in range(topo.world_size)]
+
+    def p2p(src, dst, nbytes):
+        if src == dst:
+            return
+        if topo.host_of(src) == topo.host_of(dst):
+            vols[src].send_intra += nbytes
+            vols[dst].recv_intra += nbytes
+        else:
+            vols[src].send_inter += nbytes
+            vols[dst].recv_inter += nbytes
+
+    for ts in plan.tables:
+        if ts.sharding_type == "data_parallel":
+            t = task.table(ts.name)
+            for v in vols:
+                v.allreduce += 2 * (topo.world_size - 1) / topo.world_size * t.num_embeddings * t.embedding_dim * 4
+            continue
+        for sh in ts.shards:
+            slice_bytes = task.batch_size_per_rank * sh.num_cols * 4
+            for q in range(topo.world_size):
+                same = topo.host_of(q) == topo.host_of(sh.rank)
+                share = 1 if ts.sharding_type != "table_row_wise" or same else 1 / len(ts.shards)
+                p2p(sh.rank, q, slice_bytes * share)
+    return vols
+
+
+def test_volumes_match_message_by_message_rules(plan_dict):
+    full = {"row_offset": 0, "col_offset": 0}
+    plan_dict["task"]["topology"] = {"world_size": 4, "local_world_size": 2, "memory_per_rank_gb": 1.0}
+    plan_dict["tables"] = [
+        {"name": "a", "sharding_type": "table_wise", "shards": [dict(full, rank=3, num_rows=1000, num_cols=16)]},
+        {"name": "b", "sharding_type": "table_row_wise", "shards": [
+            dict(full, rank=2, num_rows=250, num_cols=8), {"rank": 3, "row_offset": 250, "num_rows": 250,
+                                                          "col_offset": 0, "num_cols": 8}]},
+        {"name": "c", "sharding_type": "column_wise", "shards": [
+            dict(full, rank=0, num_rows=2000, num_cols=16), dict(full, rank=1, num_rows=2000, num_cols=8, col_offset=16),
+            dict(full, rank=3, num_rows=2000, num_cols=8, col_offset=24)]}]
+    got = rank_volumes(load_plan(plan_dict))
+    want = _reference_volumes(load_plan(plan_dict))
+    for g, w in zip(got, want):
+        assert (g.send_intra, g.send_inter, g.recv_intra, g.recv_inter) == pytest.approx(
+            (w.send_intra, w.send_inter, w.recv_intra, w.recv_inter))
+
+
 def test_data_parallel_is_allreduce_only(plan_dict):
     full = {"row_offset": 0, "num_rows": 500, "col_offset": 0, "num_cols": 8}
     plan_dict["tables"] = [{"name": "b", "sharding_type": "data_parallel",

@@ -144,3 +144,58 @@ def test_torchrec_plan_round_trip(plan_dict):
     assert ps["a"].sharding_type == "table_wise" and ps["a"].ranks == [0]
     assert ps["c"].sharding_spec.shards[1].shard_offsets == [0, 16]
     assert tuple(from_torchrec_plan(plan.task, ps)) == plan.tables
+
+
+def _bigger_task(task_dict):
+    task_dict["tables"] += [{"name": f"x{i}", "num_embeddings": 400 * (i + 1), "embedding_dim": 8 * (1 + i % 4),
+                             "pooling_factor": 1.0 + 3 * i, "zipf_alpha": 0.1 * i} for i in range(9)]
+    task_dict["topology"] = {"world_size": 4, "local_world_size": 2, "memory_per_rank_gb": 0.01}
+    return load_task(task_dict)
+
+
+def test_neuroshard_beam_never_predicts_worse_than_its_table_wise_start(task_dict, estimator):
+    task = _bigger_task(task_dict)
+    tw = get_searcher("neuroshard-tw").plan(task, estimator)
+    beam = get_searcher("neuroshard").plan(task, estimator)
+    for p in (tw, beam):
+        assert plan_problems(p) == []
+        assert all(s.num_cols % 4 == 0 for t in p.tables for s in t.shards)
+    assert beam.cost.max_ms <= tw.cost.max_ms + 1e-9
+    assert get_searcher("neuroshard").plan(task, estimator).tables == beam.tables  # deterministic
+
+
+def test_column_blocks_tile_the_dim():
+    from shardplan.search.neuroshard import column_blocks
+
+    t = Table("t", 10, 36, 1.0)
+    blocks = column_blocks(t, 4)
+    assert [c for _, c in blocks] == [12, 8, 8, 8]
+    assert [o for o, _ in blocks] == [0, 12, 20, 28]
+
+
+def test_optuna_tuning_is_no_worse_than_defaults(task_dict, estimator):
+    from shardplan.search.tuned import NeuroShardOptuna
+
+    task = _bigger_task(task_dict)
+    default = get_searcher("neuroshard").plan(task, estimator)
+    tuned = NeuroShardOptuna(time_budget_s=5, n_trials=4).plan(task, estimator)
+    assert plan_problems(tuned) == []
+    assert tuned.cost.max_ms <= default.cost.max_ms + 1e-9
+
+
+def test_bench_measures_and_compares_to_torchrec(tmp_path, task_dict, estimator):
+    from shardplan.execute.bench import run_bench
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "a.json").write_text(json.dumps(task_dict))
+    task_dict["name"] = "b"
+    task_dict["topology"]["memory_per_rank_gb"] = 1e-6  # nobody can plan this one
+    (suite / "b.json").write_text(json.dumps(task_dict))
+    df = run_bench(suite, ["torchrec", "greedy-dim", "neuroshard-tw"], estimator, "cpu-2c", rounds=2,
+                   out_dir=tmp_path / "out", name="t")
+    a = df[df.task == "tiny"]
+    assert a.valid.all() and (a.measured_ms > 0).all() and (a.imbalance >= 1.0).all()
+    assert not df[df.task == "b"].valid.any()
+    md = (tmp_path / "out" / "t.md").read_text()
+    assert "geomean_vs_torchrec" in md and (tmp_path / "out" / "t.csv").exists()

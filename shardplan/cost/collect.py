@@ -5,7 +5,13 @@ drawn from a pool, their dims re-drawn (column blocks of any table are tables
 of that many columns, since a column-wise shard sees every id) and some cut to
 row ranges (a row-wise shard sees only its rows' ids). The set runs as one
 FBGEMM table-batched op on the global batch; forward and backward are timed
-(:func:`shardplan.cost.kernel.time_shards`).
+(:func:`shardplan.cost.kernel.time_specs`) with the profile's protocol
+(warm-up iterations, then the median of the timed repeats; every repeat is kept).
+
+Beside each sample the fixed reference workload of
+:func:`shardplan.cost.kernel.time_reference` is timed just before and just
+after it; training divides the machine's drift out with those two figures (the
+raw times are what is stored).
 
 Rows go to ``data/profiles/<profile>/compute.parquet``. Sample ``i`` is drawn
 from ``default_rng([seed, i])``, so a stopped run resumes where it stopped and
@@ -23,7 +29,7 @@ import torch
 from tqdm import tqdm
 
 from ..domain import Table
-from .kernel import fbgemm_versions, time_specs
+from .kernel import fbgemm_versions, time_reference, time_specs
 from .profiles import Profile, load1, machine_stamp
 from .specs import ShardSpec, specs_to_json
 
@@ -79,9 +85,14 @@ def _stamp(profile: Profile, optimizer: str, dtype: str) -> dict[str, object]:
 
 def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples: int, seed: int = 0,
                     optimizer: str = "sgd", dtype: str = "fp32", flush_every: int = 25,
-                    warmup: int = 2, repeats: int = 5, min_shards: int = 1,
+                    warmup: int | None = None, repeats: int | None = None, min_shards: int = 1,
                     max_shards: int = 15) -> pd.DataFrame:
-    """Append samples to ``out`` until it holds ``num_samples`` rows of this seed; resumable."""
+    """Append samples to ``out`` until it holds ``num_samples`` rows of this seed; resumable.
+
+    ``warmup``/``repeats`` default to the profile's timing protocol.
+    """
+    warmup = profile.warmup if warmup is None else warmup
+    repeats = profile.repeats if repeats is None else repeats
     if profile.device == "cpu" and profile.threads:
         torch.set_num_threads(profile.threads)
     existing = pd.read_parquet(out) if out.exists() else pd.DataFrame()
@@ -105,11 +116,15 @@ def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples:
         rng = np.random.default_rng([seed, i])
         specs = random_sample(rng, pool, profile, min_shards, max_shards)
         before = load1()
-        fwd, bwd = time_specs(specs, optimizer, dtype, profile.device, id_seed=i,
-                              warmup=warmup, repeats=repeats)
+        ref_before = time_reference(profile.device)
+        t = time_specs(specs, optimizer, dtype, profile.device, id_seed=i, warmup=warmup, repeats=repeats)
+        ref_after = time_reference(profile.device)
         rows.append({"seed": seed, "sample": i, "source": "random", "num_shards": len(specs),
                      "batch_size": specs[0].batch_size,
-                     "shards": specs_to_json(specs), "fwd_ms": fwd, "bwd_ms": bwd,
+                     "shards": specs_to_json(specs), "fwd_ms": t.fwd_ms, "bwd_ms": t.bwd_ms,
+                     "fwd_samples_ms": list(t.fwd_samples_ms), "bwd_samples_ms": list(t.bwd_samples_ms),
+                     "warmup": warmup, "repeats": repeats,
+                     "ref_before_ms": ref_before, "ref_after_ms": ref_after,
                      "load1_before": before, "load1_after": load1(),
                      "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                      **stamp})

@@ -60,48 +60,40 @@ class RankVolume:
         return self.recv_intra + self.recv_inter
 
 
-def _add_p2p(vols: list[RankVolume], topo: Topology, src: int, dst: int, nbytes: float) -> None:
-    if src == dst:
-        return
-    if topo.host_of(src) == topo.host_of(dst):
-        vols[src].send_intra += nbytes
-        vols[dst].recv_intra += nbytes
-    else:
-        vols[src].send_inter += nbytes
-        vols[dst].recv_inter += nbytes
-
-
 def rank_volumes(plan: Plan) -> list[RankVolume]:
+    """Per-rank forward volumes of ``plan`` (see the module docstring for the rules).
+
+    Every destination of a shard's output gets the same slice, so it suffices
+    to total, per source rank, the bytes it sends to each same-host peer
+    (``to_local``) and to each other-host rank (``to_remote``); what a rank
+    receives is then its host's and the world's totals minus its own.
+    """
     task, topo = plan.task, plan.task.topology
-    world = topo.world_size
+    world, local = topo.world_size, topo.local_world_size
     b_l = task.batch_size_per_rank
-    vols = [RankVolume() for _ in range(world)]
+    to_local = np.zeros(world)
+    to_remote = np.zeros(world)
+    allreduce = 0.0
     for ts in plan.tables:
-        st = ts.sharding_type
-        if st == "data_parallel":
+        if ts.sharding_type == "data_parallel":
             t = task.table(ts.name)
-            grad = t.num_embeddings * t.embedding_dim * FLOAT_BYTES
-            for v in vols:
-                v.allreduce += 2 * (world - 1) / world * grad
+            allreduce += 2 * (world - 1) / world * t.num_embeddings * t.embedding_dim * FLOAT_BYTES
             continue
         for sh in ts.shards:
             slice_bytes = b_l * sh.num_cols * FLOAT_BYTES
-            if st in ("table_wise", "column_wise"):
-                for q in range(world):
-                    _add_p2p(vols, topo, sh.rank, q, slice_bytes)
-            elif st == "row_wise":
-                # This shard's partial sums go to every other rank; the shard on each other
-                # rank sends its own (counted when that shard is visited).
-                for q in range(world):
-                    _add_p2p(vols, topo, sh.rank, q, slice_bytes)
-            else:  # table_row_wise
-                host = topo.host_of(sh.rank)
-                members = len(ts.shards)
-                for q in range(world):
-                    if topo.host_of(q) == host:
-                        _add_p2p(vols, topo, sh.rank, q, slice_bytes)
-                    else:
-                        _add_p2p(vols, topo, sh.rank, q, slice_bytes / members)
+            to_local[sh.rank] += slice_bytes
+            # A table-row-wise group's reduced output leaves the host spread over its members.
+            to_remote[sh.rank] += slice_bytes / len(ts.shards) if ts.sharding_type == "table_row_wise" else slice_bytes
+    host_local = to_local.reshape(-1, local).sum(axis=1)
+    host_remote = to_remote.reshape(-1, local).sum(axis=1)
+    vols = []
+    for r in range(world):
+        h = topo.host_of(r)
+        vols.append(RankVolume(send_intra=float(to_local[r] * (local - 1)),
+                               send_inter=float(to_remote[r] * (world - local)),
+                               recv_intra=float(host_local[h] - to_local[r]),
+                               recv_inter=float(host_remote.sum() - host_remote[h]),
+                               allreduce=allreduce))
     return vols
 
 

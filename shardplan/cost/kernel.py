@@ -74,7 +74,7 @@ def _inputs(shards: list[ShardInput], device: torch.device) -> tuple[torch.Tenso
 
 
 def time_shards(shards: list[ShardInput], optimizer: str = "sgd", dtype: str = "fp32",
-                warmup: int = 2, repeats: int = 5, device: str = "cpu") -> KernelTiming:
+                warmup: int = 3, repeats: int = 10, device: str = "cpu") -> KernelTiming:
     """Median forward and backward (fused optimizer update) time, in ms, of one TBE op.
 
     On CPU, wall-clock around each call; on CUDA, CUDA events around each call.
@@ -129,13 +129,39 @@ def shard_inputs(specs: list[ShardSpec], id_seed: int) -> list[ShardInput]:
 
 
 def time_specs(specs: list[ShardSpec], optimizer: str, dtype: str, device: str, id_seed: int = 0,
-               warmup: int = 2, repeats: int = 5) -> tuple[float, float]:
-    """Forward and backward ms of a rank's shard specs; one TBE per batch size, times added."""
-    fwd = bwd = 0.0
+               warmup: int = 3, repeats: int = 10) -> KernelTiming:
+    """A rank's shard specs as one TBE per batch size (data-parallel replicas see another batch).
+
+    Per-iteration times of the groups add up; the medians are taken of those sums.
+    """
+    fwd = np.zeros(repeats)
+    bwd = np.zeros(repeats)
     for batch in sorted({s.batch_size for s in specs}):
         group = [s for s in specs if s.batch_size == batch]
         t = time_shards(shard_inputs(group, id_seed), optimizer=optimizer, dtype=dtype,
                         warmup=warmup, repeats=repeats, device=device)
-        fwd += t.fwd_ms
-        bwd += t.bwd_ms
-    return fwd, bwd
+        fwd += np.array(t.fwd_samples_ms)
+        bwd += np.array(t.bwd_samples_ms)
+    if not specs:
+        return KernelTiming(0.0, 0.0, (), ())
+    return KernelTiming(float(np.median(fwd)), float(np.median(bwd)), tuple(fwd.tolist()), tuple(bwd.tolist()))
+
+
+# A small fixed workload timed beside every measurement. This machine's speed drifts by up to
+# 3x for seconds at a time (a shared VM); the drift is read off this reference and divided out.
+REFERENCE_SPECS = (ShardSpec("reference-a", 200_000, 0, 200_000, 64, 8.0, 0.9, 2048),
+                   ShardSpec("reference-b", 50_000, 0, 50_000, 32, 4.0, 1.1, 2048))
+_reference_inputs: dict[str, list[ShardInput]] = {}
+
+
+def time_reference(device: str = "cpu") -> float:
+    """Median fwd+bwd ms of the fixed reference workload, now."""
+    if device not in _reference_inputs:
+        _reference_inputs[device] = shard_inputs(list(REFERENCE_SPECS), 0)
+    t = time_shards(_reference_inputs[device], warmup=2, repeats=5, device=device)
+    return t.fwd_ms + t.bwd_ms
+
+
+def slowdown(ref_before_ms: float, ref_after_ms: float, nominal_ms: float) -> float:
+    """How much slower than its quiet speed the machine ran during a measurement (>= 1 normally)."""
+    return 0.5 * (ref_before_ms + ref_after_ms) / nominal_ms

@@ -24,6 +24,9 @@ class Profile:
     single-threaded process, so two can run side by side on the two cores).
     ``max_rows``: the largest table (rows) the profile's cost data covers;
     ``collect_batch_sizes``: the global batch sizes the collector draws from.
+    ``warmup`` / ``repeats``: the timing protocol (iterations discarded, then
+    timed; the median is kept) shared by the collector and plan measurement, so
+    the model learns from exactly the instrument that later checks it.
     """
 
     name: str
@@ -34,6 +37,8 @@ class Profile:
     max_sample_weight_bytes: int
     max_sample_lookup_floats: float
     description: str
+    warmup: int = 3
+    repeats: int = 10
 
     @property
     def dir(self) -> Path:

@@ -1,60 +1,96 @@
-"""Measuring a plan on real FBGEMM kernels.
+"""Measuring plans on real FBGEMM kernels.
 
 Each rank's shards are built into one table-batched op exactly as the cost
 data was (:func:`shardplan.cost.kernel.time_specs`), fed the global batch with
-ids drawn by DESIGN.md's recipe, and timed: forward and backward medians after
-warm-up. Ranks are timed one after another in this process, with the
-profile's thread count, in ``rounds`` interleaved passes (rank 0, 1, ..., then
-again) whose medians are kept, so a burst of machine noise does not land on
-one rank only. Communication is not run here: it comes from the profile's comm
-model, and the cost block says so.
+ids drawn by DESIGN.md's recipe (another seed than the cost data's), and timed
+with the profile's protocol. The fixed reference workload is timed just before
+and after each rank, and the rank's times are divided by the machine's
+slowdown at that moment against the profile's quiet reference
+(``reference.json``, written by ``shardplan train``), as the training labels
+were: this machine's speed drifts by up to 3x for seconds at a time.
+
+Several plans are measured interleaved: in each round, the plans take turns
+rank by rank, in an order rotated from round to round, so noise hits them
+alike; a rank's figure is the median over rounds. Communication is not run
+here: it comes from the profile's comm model, and the cost block says so.
 """
 from __future__ import annotations
 
+import json
 import statistics
 
 import torch
 
 from ..cost.comm import rank_volumes
 from ..cost.estimator import comm_model_for
-from ..cost.kernel import time_specs
-from ..cost.profiles import get_profile, load1
-from ..cost.specs import rank_specs
+from ..cost.kernel import slowdown, time_reference, time_specs
+from ..cost.profiles import Profile, get_profile, load1
+from ..cost.specs import ShardSpec, rank_specs
 from ..domain import Plan, PlanCost, RankCost
 from ..memory import rank_memory_gb
 
 MEASURE_ID_SEED = 1_000_003  # ids independent of the collector's (which uses the sample index)
 
 
-def measure_rank_compute(plan: Plan, profile_name: str = "cpu-2c", rounds: int = 1, warmup: int = 2,
-                         repeats: int = 5) -> list[tuple[float, float]]:
+def reference_ms(profile: Profile) -> float | None:
+    """The profile's quiet-machine reference time, if ``shardplan train`` has written it."""
+    path = profile.dir / "reference.json"
+    return float(json.loads(path.read_text())["reference_ms"]) if path.exists() else None
+
+
+def time_rank(specs: list[ShardSpec], optimizer: str, dtype: str, profile: Profile,
+              nominal: float | None) -> tuple[float, float, float]:
+    """(fwd_ms, bwd_ms, slowdown) of one rank, drift divided out when ``nominal`` is known."""
+    if not specs:
+        return 0.0, 0.0, 1.0
+    before = time_reference(profile.device) if nominal else 0.0
+    t = time_specs(specs, optimizer, dtype, profile.device, id_seed=MEASURE_ID_SEED,
+                   warmup=profile.warmup, repeats=profile.repeats)
+    factor = slowdown(before, time_reference(profile.device), nominal) if nominal else 1.0
+    return t.fwd_ms / factor, t.bwd_ms / factor, factor
+
+
+def measure_plans(plans: list[Plan], profile_name: str = "cpu-2c", rounds: int = 1) -> list[PlanCost]:
+    """Measured cost of each plan (compute timed, comm from the comm model), interleaved."""
+    if not plans:
+        return []
     profile = get_profile(profile_name)
     if profile.device == "cpu" and profile.threads:
         torch.set_num_threads(profile.threads)
-    specs = rank_specs(plan)
-    samples: list[list[tuple[float, float]]] = [[] for _ in specs]
-    for _ in range(rounds):
-        for r, rank in enumerate(specs):
-            samples[r].append(time_specs(rank, plan.task.optimizer, plan.task.dtype, profile.device,
-                                         id_seed=MEASURE_ID_SEED, warmup=warmup, repeats=repeats)
-                              if rank else (0.0, 0.0))
-    return [(statistics.median(f for f, _ in s), statistics.median(b for _, b in s)) for s in samples]
-
-
-def measure_plan(plan: Plan, profile_name: str = "cpu-2c", rounds: int = 1, warmup: int = 2,
-                 repeats: int = 5) -> PlanCost:
-    """The plan's cost with compute measured on real kernels and comm from the comm model."""
-    profile = get_profile(profile_name)
-    before = load1()
-    compute = measure_rank_compute(plan, profile_name, rounds, warmup, repeats)
+    nominal = reference_ms(profile)
     comm_model = comm_model_for(profile)
-    comm = comm_model.rank_comm_ms(rank_volumes(plan), plan.task.topology)
-    mem = rank_memory_gb(plan)
-    per_rank = tuple(RankCost(rank=r, fwd_compute_ms=compute[r][0], bwd_compute_ms=compute[r][1],
-                              fwd_comm_ms=comm[r][0], bwd_comm_ms=comm[r][1], memory_gb=mem[r])
-                     for r in range(plan.task.topology.world_size))
-    return PlanCost(kind="measured", profile=profile.name, per_rank=per_rank, extra={
-        "compute": f"measured: FBGEMM {profile.device} TBE fwd/bwd, median of {repeats} after {warmup} "
-                   f"warm-up, {rounds} round(s), {profile.threads or 'default'} thread(s) per rank",
-        "comm_model": f"{comm_model.name} ({comm_model.kind})",
-        "load1_before": round(before, 2), "load1_after": round(load1(), 2)})
+    load_before = load1()
+    specs = [rank_specs(p) for p in plans]
+    samples: list[list[list[tuple[float, float, float]]]] = [[[] for _ in s] for s in specs]
+    for rnd in range(rounds):
+        order = list(range(len(plans)))
+        order = order[rnd % len(order):] + order[: rnd % len(order)]
+        for i in order:
+            for r, rank in enumerate(specs[i]):
+                samples[i][r].append(time_rank(rank, plans[i].task.optimizer, plans[i].task.dtype, profile, nominal))
+    out = []
+    for plan, per_rank in zip(plans, samples):
+        comm = comm_model.rank_comm_ms(rank_volumes(plan), plan.task.topology)
+        mem = rank_memory_gb(plan)
+        ranks = tuple(RankCost(r, statistics.median(x[0] for x in s), statistics.median(x[1] for x in s),
+                               comm[r][0], comm[r][1], mem[r]) for r, s in enumerate(per_rank))
+        drift = [round(statistics.median(x[2] for x in s), 3) for s in per_rank]
+        out.append(PlanCost(kind="measured", profile=profile.name, per_rank=ranks, extra={
+            "compute": (f"measured: FBGEMM {profile.device} TBE fwd/bwd, median of {profile.repeats} after "
+                        f"{profile.warmup} warm-up, median of {rounds} interleaved round(s), "
+                        f"{profile.threads or 'default'} thread(s) per rank; "
+                        + (f"divided by the machine's slowdown against the quiet reference ({nominal:.3f} ms)"
+                           if nominal else "raw (no reference.json: not normalised for machine drift)")),
+            "slowdown_per_rank": drift,
+            "comm_model": f"{comm_model.name} ({comm_model.kind})",
+            "load1_before": round(load_before, 2), "load1_after": round(load1(), 2)}))
+    return out
+
+
+def measure_plan(plan: Plan, profile_name: str = "cpu-2c", rounds: int = 1) -> PlanCost:
+    return measure_plans([plan], profile_name, rounds)[0]
+
+
+def measure_rank_compute(plan: Plan, profile_name: str = "cpu-2c", rounds: int = 1) -> list[tuple[float, float]]:
+    """(fwd_ms, bwd_ms) per rank of one plan."""
+    return [(r.fwd_compute_ms, r.bwd_compute_ms) for r in measure_plan(plan, profile_name, rounds).per_rank]

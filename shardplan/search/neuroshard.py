@@ -5,8 +5,10 @@ or column blocks) in descending order of predicted cost; each goes to the rank
 whose *whole* predicted compute after taking it (the fused kernel, from the
 model, not a sum) is lowest, among ranks with memory left and within a balance
 cap on the rank's summed embedding dims (what its all-to-all moves). The cap's
-scale is swept over a grid; every candidate plan is scored with the full
-predicted plan cost (compute + comm) and the best kept. Scoring "rank r plus
+scale is swept over a grid; after the greedy pass, units are moved off the
+predicted-slowest rank while that lowers the larger of the two ranks' costs
+(local improvement); every candidate plan is scored with the full predicted
+plan cost (compute + comm) and the best kept. Scoring "rank r plus
 unit u" adds u's code to r's running sums (the model's sum pooling), so a
 placement step is one small batched evaluation.
 
@@ -20,7 +22,8 @@ each candidate state is scored by re-running the table-wise grid search. The
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -58,13 +61,6 @@ def column_blocks(table: Table, blocks: int) -> list[tuple[int, int]]:
 
 def max_blocks(table: Table) -> int:
     return table.embedding_dim // 4
-
-
-@dataclass
-class _Fixed:
-    """Shards whose ranks are decided by their type (row-wise, table-row-wise, data-parallel)."""
-
-    shardings: list[TableSharding] = field(default_factory=list)
 
 
 class _Placer:
@@ -117,7 +113,7 @@ class _Placer:
         need = np.array([shard_bytes(task, u.table, "column_wise", s) for u, s in zip(units, shards)])
         solo = times.sum(axis=1) if units else np.zeros(0)
         dim_cap = balance * (dims.sum() + sum(u.num_cols for u in units)) / world
-        placed: dict[str, list[Shard]] = {}
+        where = np.full(len(units), -1)
         for i in sorted(range(len(units)), key=lambda i: (-solo[i], units[i].table.name, units[i].col_offset)):
             ok = mem + need[i] <= self.cap
             if not ok.any():
@@ -126,18 +122,58 @@ class _Placer:
             cand = np.flatnonzero(balanced if balanced.any() else ok)
             ms = self.model.combine(code_sum[cand] + codes[i], time_sum[cand] + times[i], count[cand] + 1)
             r = int(cand[int(np.argmin(ms.sum(axis=1)))])
+            where[i] = r
             code_sum[r] += codes[i]
             time_sum[r] += times[i]
             count[r] += 1
             mem[r] += need[i]
             dims[r] += units[i].num_cols
-            u = units[i]
-            placed.setdefault(u.table.name, []).append(Shard(r, 0, u.table.num_embeddings, u.col_offset, u.num_cols))
+        if units:
+            self._refine(units, where, codes, times, need, code_sum, time_sum, count, mem)
+        placed: dict[str, list[Shard]] = {}
+        for u, r in zip(units, where):
+            placed.setdefault(u.table.name, []).append(Shard(int(r), 0, u.table.num_embeddings, u.col_offset, u.num_cols))
         out = list(fixed)
         for name, shs in placed.items():
             st = "table_wise" if len(shs) == 1 and shs[0].num_cols == task.table(name).embedding_dim else "column_wise"
             out.append(TableSharding(name, st, tuple(sorted(shs, key=lambda s: s.col_offset))))
         return out
+
+    def _refine(self, units: list[Unit], where: np.ndarray, codes: np.ndarray, times: np.ndarray,
+                need: np.ndarray, code_sum: np.ndarray, time_sum: np.ndarray, count: np.ndarray,
+                mem: np.ndarray, max_moves: int | None = None) -> None:
+        """Move units off the predicted-slowest rank while that lowers the pair's larger cost (in place)."""
+        world = self.world
+        for _ in range(max_moves if max_moves is not None else 2 * len(units)):
+            rank_ms = self.model.combine(code_sum, time_sum, count).sum(axis=1)
+            src = int(np.argmax(rank_ms))
+            mine = np.flatnonzero(where == src)
+            if len(mine) == 0:
+                return
+            # For each unit on src and each destination: src without it, destination with it.
+            n = len(mine)
+            src_after = self.model.combine(code_sum[src] - codes[mine], time_sum[src] - times[mine],
+                                           np.full(n, count[src] - 1)).sum(axis=1)
+            dst_after = self.model.combine(
+                (code_sum[None, :, :] + codes[mine][:, None, :]).reshape(n * world, -1),
+                (time_sum[None, :, :] + times[mine][:, None, :]).reshape(n * world, -1),
+                np.tile(count + 1, n)).sum(axis=1).reshape(n, world)
+            new_max = np.maximum(src_after[:, None], dst_after)
+            fits = mem[None, :] + need[mine][:, None] <= self.cap
+            new_max[~fits] = np.inf
+            new_max[:, src] = np.inf
+            k, dst = np.unravel_index(int(np.argmin(new_max)), new_max.shape)
+            if not new_max[k, dst] < rank_ms[src] * 0.999:
+                return
+            i = int(mine[k])
+            for arr, val in ((code_sum, codes[i]), (time_sum, times[i])):
+                arr[src] -= val
+                arr[dst] += val
+            count[src] -= 1
+            count[dst] += 1
+            mem[src] -= need[i]
+            mem[dst] += need[i]
+            where[i] = dst
 
     def best_over_grid(self, units: list[Unit], fixed: list[TableSharding],
                        grid: tuple[float, ...] = GRID) -> tuple[float, list[TableSharding]] | None:
@@ -215,9 +251,11 @@ class NeuroShardBeam(Searcher):
                    "each scored by the table-wise greedy grid")
 
     def __init__(self, beam_width: int = 3, steps: int = 4, candidates: int = 6,
-                 time_budget_s: float = 20.0, grid: tuple[float, ...] = GRID) -> None:
+                 time_budget_s: float = 20.0, grid: tuple[float, ...] = GRID,
+                 on_step: Callable[[int, float], None] | None = None) -> None:
+        """``on_step(step, best_predicted_ms)`` is called after each beam step (Optuna prunes there)."""
         self.beam_width, self.steps, self.candidates = beam_width, steps, candidates
-        self.time_budget_s, self.grid = time_budget_s, grid
+        self.time_budget_s, self.grid, self.on_step = time_budget_s, grid, on_step
 
     def _moves(self, task: Task, state: State, placer: _Placer) -> list[State]:
         """Neighbouring states: split a costly table further, make it row-wise, or replicate a small one."""
@@ -262,7 +300,7 @@ class NeuroShardBeam(Searcher):
             raise InfeasibleError("task", "no placement fits every rank's memory, even with oversized tables "
                                   "split row-wise", "raise topology.memory_per_rank_gb or add ranks")
         beam = [start]
-        for _ in range(self.steps):
+        for step in range(self.steps):
             children = {c for s in beam for c in self._moves(task, s, placer)}
             for c in sorted(children):
                 if time.perf_counter() - t0 > self.time_budget_s:
@@ -270,8 +308,10 @@ class NeuroShardBeam(Searcher):
                 score(c)
             ranked = sorted((s for s in set(beam) | children if scored.get(s)), key=lambda s: (scored[s][0], s))
             new_beam = ranked[: self.beam_width]
-            if new_beam == beam or time.perf_counter() - t0 > self.time_budget_s:
-                beam = new_beam
-                break
+            done = new_beam == beam or time.perf_counter() - t0 > self.time_budget_s
             beam = new_beam
+            if self.on_step is not None:
+                self.on_step(step, scored[beam[0]][0])
+            if done:
+                break
         return scored[beam[0]][1]

@@ -1,0 +1,16 @@
+"""shardplan: embedding-table sharding plans from cost models learned on real FBGEMM kernels.
+
+The one-line happy path is :func:`shardplan.plan`; see :mod:`shardplan.planning`.
+"""
+from .domain import Plan, PlanCost, RankCost, Shard, Table, TableSharding, Task, Topology  # noqa: F401
+from .errors import InfeasibleError, InputError  # noqa: F401
+from .formats import load_plan, load_task, save_plan, save_task  # noqa: F401
+from .planning import estimator, evaluate, make_task, plan  # noqa: F401
+from .validate import plan_problems, validate_plan  # noqa: F401
+
+
+def to_torchrec_plan(p: Plan):
+    """The TorchRec ``ShardingPlan`` of a plan (see :mod:`shardplan.search.torchrec_adapter`)."""
+    from .search.torchrec_adapter import to_torchrec_plan as convert
+
+    return convert(p)

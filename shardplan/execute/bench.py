@@ -1,0 +1,116 @@
+"""``shardplan bench``: every searcher on every task of a suite, every plan measured.
+
+Per task: each searcher plans (predicted cost, planning seconds, validity, or
+the reason it could not plan); then all the task's plans are measured on real
+kernels together, interleaved (:func:`shardplan.execute.measure.measure_plans`),
+so machine noise hits them alike. Comm comes from the profile's comm model in
+both the predicted and the measured cost (it is not run here).
+
+Writes ``<out>/<name>.csv`` (one row per task and searcher) and
+``<out>/<name>.md`` (the table, and per searcher the geometric mean of its
+measured cost over TorchRec's, over the tasks TorchRec could plan).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from ..cost.estimator import PlanEstimator
+from ..cost.profiles import load1, machine_stamp
+from ..domain import Plan, Task
+from ..errors import InputError
+from ..search import get_searcher
+from ..validate import plan_problems
+from .measure import measure_plans
+
+REFERENCE = "torchrec"
+
+
+def bench_task(task: Task, searchers: list[str], estimator: PlanEstimator, profile: str, rounds: int,
+               seed: int = 0) -> tuple[list[dict], list[Plan]]:
+    rows, plans = [], []
+    for name in searchers:
+        row = {"task": task.name, "tables": len(task.tables), "ranks": task.topology.world_size,
+               "searcher": name}
+        try:
+            plan = get_searcher(name).plan(task, estimator, seed=seed)
+        except InputError as e:
+            rows.append({**row, "valid": False, "error": str(e)})
+            continue
+        problems = plan_problems(plan)
+        rows.append({**row, "valid": not problems, "error": "; ".join(problems),
+                     "predicted_ms": plan.cost.max_ms, "plan_seconds": plan.search["seconds"]})
+        plans.append(plan)
+    measured = measure_plans(plans, profile, rounds)
+    by_name = {p.search["searcher"]: (p, m) for p, m in zip(plans, measured)}
+    for row in rows:
+        if row["searcher"] in by_name:
+            plan, m = by_name[row["searcher"]]
+            row.update(measured_ms=m.max_ms, imbalance=m.imbalance,
+                       measured_compute_ms=max(r.compute_ms for r in m.per_rank),
+                       predicted_compute_ms=max(r.compute_ms for r in plan.cost.per_rank))
+    return rows, [replace(p, measured_cost=m) for p, m in zip(plans, measured)]
+
+
+def geomean_vs(df: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
+    """Per searcher: geometric mean of measured cost / the reference's, over tasks both planned."""
+    ref = df[df.searcher == reference].set_index("task")["measured_ms"].dropna()
+    out = []
+    for name, g in df.groupby("searcher", sort=False):
+        g = g.set_index("task")["measured_ms"].dropna()
+        common = g.index.intersection(ref.index)
+        ratio = math.exp(np.mean(np.log(g[common] / ref[common]))) if len(common) else float("nan")
+        out.append({"searcher": name, "tasks_planned": len(g), f"geomean_vs_{reference}": ratio,
+                    "tasks_compared": len(common)})
+    return pd.DataFrame(out)
+
+
+def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profile: str, rounds: int,
+              out_dir: Path, name: str, seed: int = 0) -> pd.DataFrame:
+    tasks = sorted(suite.glob("*.json"))
+    if not tasks:
+        raise InputError(str(suite), "holds no task files (*.json)")
+    from ..formats import load_task
+
+    load_before = load1()
+    rows: list[dict] = []
+    for path in tqdm(tasks, desc=f"bench {suite.name}"):
+        task_rows, _ = bench_task(load_task(path), searchers, estimator, profile, rounds, seed)
+        rows += task_rows
+    df = pd.DataFrame(rows)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out_dir / f"{name}.csv", index=False)
+    (out_dir / f"{name}.md").write_text(bench_markdown(df, suite, profile, rounds, load_before, load1()))
+    return df
+
+
+def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, load_before: float,
+                   load_after: float) -> str:
+    summary = geomean_vs(df)
+    greedy = summary[summary.searcher.str.startswith("greedy-")]
+    if len(greedy):
+        best = greedy.sort_values(f"geomean_vs_{REFERENCE}").searcher.iloc[0]
+        vs_best = geomean_vs(df, best).set_index("searcher")[f"geomean_vs_{best}"]
+        summary[f"geomean_vs_best_greedy ({best})"] = summary.searcher.map(vs_best)
+    bal = df.dropna(subset=["imbalance"]).groupby("searcher", sort=False)["imbalance"]
+    summary["imbalance<=1.10"] = summary.searcher.map(lambda s: f"{(bal.get_group(s) <= 1.10).mean() * 100:.0f}%"
+                                                      if s in bal.groups else "-")
+    summary["median_plan_s"] = summary.searcher.map(df.groupby("searcher")["plan_seconds"].median())
+    summary["invalid"] = summary.searcher.map(df.groupby("searcher")["valid"].apply(lambda v: int((~v.astype(bool)).sum())))
+    lines = [f"# shardplan bench: `{suite}` on profile `{profile}`", "",
+             f"Date {dt.date.today()}; {machine_stamp()['cpu_model']}; load {load_before:.2f} before, "
+             f"{load_after:.2f} after. Measured = per-rank fwd+bwd compute timed on real FBGEMM kernels "
+             f"(median of {rounds} interleaved round(s), each the profile's median of repeats) plus comm "
+             "from the profile's comm model; predicted = the neural cost model plus the same comm model. "
+             "Plan cost = slowest rank, ms.", "",
+             "## Summary", "", summary.to_markdown(index=False, floatfmt=".3f"), "",
+             "## Per task", "",
+             df[["task", "tables", "ranks", "searcher", "measured_ms", "imbalance", "predicted_ms",
+                 "plan_seconds", "valid", "error"]].to_markdown(index=False, floatfmt=".3f"), ""]
+    return "\n".join(lines)

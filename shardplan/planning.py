@@ -1,0 +1,71 @@
+"""The Python planning API: one call for the common case, the objects underneath for the rest.
+
+>>> import shardplan
+>>> plan = shardplan.plan(
+...     [{"name": "user", "num_embeddings": 200_000, "embedding_dim": 64, "pooling_factor": 8.0, "zipf_alpha": 1.1},
+...      {"name": "item", "num_embeddings": 50_000, "embedding_dim": 32, "pooling_factor": 20.0},
+...      {"name": "ctx", "num_embeddings": 1_000, "embedding_dim": 16, "pooling_factor": 1.0}],
+...     world_size=2, batch_size_per_rank=256)
+>>> sorted(t.name for t in plan.tables)
+['ctx', 'item', 'user']
+>>> plan.cost.kind, len(plan.cost.per_rank)
+('predicted', 2)
+>>> shardplan.validate_plan(plan)   # raises InputError if the plan were invalid
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, Iterable
+
+from .cost.estimator import PlanEstimator, load_estimator
+from .domain import Plan, Table, Task
+from .formats import load_task
+from .schema import TASK_FORMAT
+
+
+@lru_cache(maxsize=8)
+def estimator(profile: str = "cpu-2c") -> PlanEstimator:
+    """The profile's committed cost models (loaded once per process)."""
+    return load_estimator(profile)
+
+
+def make_task(tables: Iterable[Table | dict[str, Any]], world_size: int, *, local_world_size: int | None = None,
+              device: str = "cpu", memory_per_rank_gb: float | None = None, batch_size_per_rank: int = 512,
+              optimizer: str = "sgd", name: str = "task") -> Task:
+    """A validated :class:`Task` from tables (dicts with the task file's fields, or :class:`Table`)."""
+    rows = [t if isinstance(t, dict) else {"name": t.name, "num_embeddings": t.num_embeddings,
+                                           "embedding_dim": t.embedding_dim, "pooling_factor": t.pooling_factor,
+                                           "zipf_alpha": t.zipf_alpha, **t.extra} for t in tables]
+    topo: dict[str, Any] = {"world_size": world_size, "device": device}
+    if local_world_size is not None:
+        topo["local_world_size"] = local_world_size
+    if memory_per_rank_gb is not None:
+        topo["memory_per_rank_gb"] = memory_per_rank_gb
+    data = {"format": TASK_FORMAT, "name": name, "tables": rows, "topology": topo,
+            "batch_size_per_rank": batch_size_per_rank, "optimizer": optimizer}
+    return load_task(data)  # the file format's validation, so errors name the same fields
+
+
+def plan(tables: Iterable[Table | dict[str, Any]] | Task, world_size: int | None = None, *,
+         searcher: str | None = None, profile: str = "cpu-2c", seed: int = 0, **task_fields: Any) -> Plan:
+    """Plan tables for a topology with the default searcher and profile; returns a :class:`Plan`.
+
+    ``tables`` may also be a ready :class:`Task` (then ``world_size`` and the
+    task fields are not given). ``task_fields`` are :func:`make_task`'s keywords.
+    """
+    from .search import DEFAULT_SEARCHER, get_searcher
+
+    task = tables if isinstance(tables, Task) else make_task(tables, world_size, **task_fields)
+    return get_searcher(searcher or DEFAULT_SEARCHER).plan(task, estimator(profile), seed=seed)
+
+
+def evaluate(p: Plan, *, measure: bool = False, profile: str = "cpu-2c", rounds: int = 1) -> Plan:
+    """``p`` with its predicted cost filled, and with ``measure=True`` its measured cost too."""
+    from dataclasses import replace
+
+    from .execute.measure import measure_plan
+    from .validate import validate_plan
+
+    validate_plan(p)
+    out = replace(p, cost=estimator(profile).estimate(p))
+    return replace(out, measured_cost=measure_plan(out, profile, rounds)) if measure else out
