@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import signal
 import time
 from pathlib import Path
 
@@ -44,22 +45,32 @@ def main() -> None:
     ap.add_argument("--hosts", type=int, default=16)
     ap.add_argument("--searchers", default=f"{DEFAULT_SEARCHER},neuroshard-tw,greedy-lookup,torchrec")
     ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--limit-s", type=int, default=300, help="stop a searcher after this many seconds")
     args = ap.parse_args()
     task = scale_task(args.profile, args.ranks, args.hosts)
     est = load_estimator(args.profile)
     rows = []
+    def too_long(*_):
+        raise TimeoutError
+
+    signal.signal(signal.SIGALRM, too_long)
     for name in args.searchers.split(","):
         t0 = time.perf_counter()
+        signal.alarm(args.limit_s)
         try:
             plan = get_searcher(name).plan(task, est)
             rows.append((name, time.perf_counter() - t0, f"{plan.cost.max_ms:.2f}", f"{plan.cost.imbalance:.3f}"))
         except InputError as e:
             rows.append((name, time.perf_counter() - t0, "-", f"could not plan: {e}"))
+        except TimeoutError:
+            rows.append((name, time.perf_counter() - t0, "-", f"stopped: no plan within {args.limit_s} s"))
+        finally:
+            signal.alarm(0)
         print(rows[-1])
     md = [f"# Planning {len(task.tables)} tables on {args.ranks} ranks ({args.hosts} hosts), profile `{args.profile}`",
           "", f"Command: `.venv/bin/python bench/scale.py --ranks {args.ranks} --hosts {args.hosts}`; date "
           f"{dt.date.today()}; {machine_stamp()['cpu_model']}, {machine_stamp()['cpu_cores']} cores. "
-          "Seconds are wall-clock planning time (including validation and the final predicted-cost "
+          f"Seconds are wall-clock planning time (a searcher is stopped after {args.limit_s} s; they include validation and the final predicted-cost "
           "evaluation); costs are predicted by the neural model plus the comm model.", "",
           "| searcher | planning seconds | predicted plan cost (ms) | predicted imbalance |",
           "| --- | --- | --- | --- |"]

@@ -165,7 +165,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             raise InputError("--searchers", f"unknown searcher {n!r}", f"use some of {sorted(SEARCHERS)}")
     suite = Path(args.suite)
     name = args.name or f"bench-{args.profile}-{suite.name}"
-    df = run_bench(suite, names, _estimator(args), args.profile, args.rounds, Path(args.out), name, args.seed)
+    df = run_bench(suite, names, _estimator(args), args.profile, args.rounds, Path(args.out), name, args.seed,
+                   limit=args.limit, pattern=args.tasks)
     print(geomean_vs(df).to_string(index=False))
     print(f"wrote {args.out}/{name}.csv and .md")
     return 0
@@ -236,6 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--out", default="bench/results")
     bench.add_argument("--name", help="result file stem (default bench-<profile>-<suite>)")
+    bench.add_argument("--limit", type=int, help="only the first N tasks of the suite (sorted by name)")
+    bench.add_argument("--tasks", default="*.json", help="file-name pattern of the suite's tasks to run")
     bench.set_defaults(func=_cmd_bench)
 
     train = with_profile(sub.add_parser("train", help="train the compute-cost model from committed data"),

@@ -199,3 +199,18 @@ def test_bench_measures_and_compares_to_torchrec(tmp_path, task_dict, estimator)
     assert not df[df.task == "b"].valid.any()
     md = (tmp_path / "out" / "t.md").read_text()
     assert "geomean_vs_torchrec" in md and (tmp_path / "out" / "t.csv").exists()
+
+
+def test_neuroshard_packs_tight_tasks_that_the_cost_order_strands(estimator):
+    """Room for {big} and {hot1, hot2} only: the cost order spreads the hot tables and strands big."""
+    tables = [{"name": "big", "num_embeddings": 20_000, "embedding_dim": 32, "pooling_factor": 0.5},
+              {"name": "hot1", "num_embeddings": 10_000, "embedding_dim": 32, "pooling_factor": 30.0},
+              {"name": "hot2", "num_embeddings": 10_000, "embedding_dim": 32, "pooling_factor": 30.0}]
+    task = load_task({"format": "shardplan/task@1", "tables": tables, "batch_size_per_rank": 64,
+                      "topology": {"world_size": 2, "memory_per_rank_gb": 0.0027}})
+    for name in ("neuroshard-tw", "neuroshard"):
+        plan = get_searcher(name).plan(task, estimator)
+        assert plan_problems(plan) == []
+        rank = {t.name: t.shards[0].rank for t in plan.tables if t.sharding_type == "table_wise"}
+        if {"big", "hot1", "hot2"} <= set(rank):
+            assert rank["hot1"] == rank["hot2"] != rank["big"]

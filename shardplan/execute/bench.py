@@ -72,8 +72,9 @@ def geomean_vs(df: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
 
 
 def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profile: str, rounds: int,
-              out_dir: Path, name: str, seed: int = 0) -> pd.DataFrame:
-    tasks = sorted(suite.glob("*.json"))
+              out_dir: Path, name: str, seed: int = 0, limit: int | None = None,
+              pattern: str = "*.json") -> pd.DataFrame:
+    tasks = sorted(suite.glob(pattern))[:limit]
     if not tasks:
         raise InputError(str(suite), "holds no task files (*.json)")
     from ..formats import load_task

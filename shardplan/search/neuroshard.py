@@ -87,8 +87,14 @@ class _Placer:
                 self._enc[s] = (c, t)
         return (np.stack([self._enc[s][0] for s in specs]), np.stack([self._enc[s][1] for s in specs]))
 
-    def place(self, units: list[Unit], fixed: list[TableSharding], balance: float) -> list[TableSharding] | None:
-        """Place ``units`` greedily beside ``fixed``; None when memory cannot hold them."""
+    def place(self, units: list[Unit], fixed: list[TableSharding], balance: float,
+              by_size: bool = False) -> list[TableSharding] | None:
+        """Place ``units`` greedily beside ``fixed``; None when memory cannot hold them.
+
+        Units go in descending order of predicted cost, or with ``by_size`` of
+        memory (first-fit-decreasing packs tight tasks that the cost order
+        strands), each to the feasible rank whose predicted cost stays lowest.
+        """
         task, world = self.task, self.world
         code_dim = self.model.code
         code_sum = np.zeros((world, code_dim), np.float32)
@@ -114,7 +120,8 @@ class _Placer:
         solo = times.sum(axis=1) if units else np.zeros(0)
         dim_cap = balance * (dims.sum() + sum(u.num_cols for u in units)) / world
         where = np.full(len(units), -1)
-        for i in sorted(range(len(units)), key=lambda i: (-solo[i], units[i].table.name, units[i].col_offset)):
+        weight = need if by_size else solo
+        for i in sorted(range(len(units)), key=lambda i: (-weight[i], units[i].table.name, units[i].col_offset)):
             ok = mem + need[i] <= self.cap
             if not ok.any():
                 return None
@@ -178,13 +185,16 @@ class _Placer:
     def best_over_grid(self, units: list[Unit], fixed: list[TableSharding],
                        grid: tuple[float, ...] = GRID) -> tuple[float, list[TableSharding]] | None:
         best = None
-        for balance in grid:
-            tables = self.place(units, fixed, balance)
-            if tables is None:
-                continue
-            cost = self.est.estimate(Plan(task=self.task, tables=tuple(tables))).max_ms
-            if best is None or cost < best[0]:
-                best = (cost, tables)
+        for by_size in (False, True):  # size order only when the cost order cannot pack the task
+            for balance in grid:
+                tables = self.place(units, fixed, balance, by_size)
+                if tables is None:
+                    continue
+                cost = self.est.estimate(Plan(task=self.task, tables=tuple(tables))).max_ms
+                if best is None or cost < best[0]:
+                    best = (cost, tables)
+            if best is not None:
+                return best
         return best
 
 
@@ -217,13 +227,28 @@ def _materialise(task: Task, state: State) -> tuple[list[Unit], list[TableShardi
 
 
 def _initial_state(task: Task) -> State:
-    """Whole tables, except those too big for one rank, which go row-wise."""
+    """Whole tables, except those too big for one rank, which go row-wise.
+
+    Largest first, each judged against what the row-wise tables before it
+    leave free on every rank (their slices take memory on all ranks).
+    """
     cap = task.topology.memory_per_rank_gb * GB
-    state = []
-    for t in task.tables:
+    ranks = list(range(task.topology.world_size))
+    taken = 0.0  # per-rank bytes of the row-wise slices so far (the largest slice, to be safe)
+    kinds: dict[str, tuple[str, int]] = {}
+    for t in sorted(task.tables, key=lambda t: (-t.num_embeddings * t.embedding_dim, t.name)):
         whole = shard_bytes(task, t, "table_wise", Shard(0, 0, t.num_embeddings, 0, t.embedding_dim))
-        state.append(("rw", 0) if whole > cap else ("tw", 1))
-    return tuple(state)
+        if whole > cap - taken:
+            kinds[t.name] = ("rw", 0)
+            slice_bytes = max(shard_bytes(task, t, "row_wise", s) for s in row_wise_shards(t, ranks))
+            if slice_bytes > cap - taken:
+                raise InfeasibleError(
+                    f"tables.{t.name}", f"needs {whole / GB:.3f} GB and does not fit even split row-wise over "
+                    f"all {len(ranks)} ranks beside the larger tables", "raise topology.memory_per_rank_gb or add ranks")
+            taken += slice_bytes
+        else:
+            kinds[t.name] = ("tw", 1)
+    return tuple(kinds[t.name] for t in task.tables)
 
 
 @register
