@@ -103,7 +103,8 @@ def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, loa
     summary["imbalance<=1.10"] = summary.searcher.map(lambda s: f"{(bal.get_group(s) <= 1.10).mean() * 100:.0f}%"
                                                       if s in bal.groups else "-")
     summary["median_plan_s"] = summary.searcher.map(df.groupby("searcher")["plan_seconds"].median())
-    summary["invalid"] = summary.searcher.map(df.groupby("searcher")["valid"].apply(lambda v: int((~v.astype(bool)).sum())))
+    # Searcher.plan validates every plan it returns, so "not planned" means it reported the task infeasible.
+    summary["not_planned"] = summary.searcher.map(df.groupby("searcher")["valid"].apply(lambda v: int((~v.astype(bool)).sum())))
     lines = [f"# shardplan bench: `{suite}` on profile `{profile}`", "",
              f"Date {dt.date.today()}; {machine_stamp()['cpu_model']}; load {load_before:.2f} before, "
              f"{load_after:.2f} after. Measured = per-rank fwd+bwd compute timed on real FBGEMM kernels "
