@@ -41,6 +41,34 @@ class KernelTiming:
     bwd_samples_ms: tuple[float, ...]
 
 
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc mallopt parameters
+_allocator_configured = False
+
+
+def keep_freed_memory() -> None:
+    """Tell glibc to serve and keep large blocks on the heap instead of mmap/munmap.
+
+    Otherwise each iteration's freshly allocated output and gradient tensors
+    page-fault inside the timed region (measured: 1.2x to 1.8x on a 24-table
+    rank). The collector was first run with the equivalent environment
+    (``MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=...``); doing it here makes
+    every measurement use the same allocator behaviour however the process was
+    started. No-op where glibc is absent.
+    """
+    global _allocator_configured
+    if _allocator_configured:
+        return
+    _allocator_configured = True
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(_M_MMAP_MAX, 0)
+        libc.mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
+    except (OSError, AttributeError):
+        pass
+
+
 def fbgemm_versions() -> dict[str, str]:
     import fbgemm_gpu
 
@@ -81,6 +109,7 @@ def time_shards(shards: list[ShardInput], optimizer: str = "sgd", dtype: str = "
     """
     if not shards:
         return KernelTiming(0.0, 0.0, (), ())
+    keep_freed_memory()
     batch = {len(s.bags.lengths) for s in shards}
     if len(batch) != 1:
         raise ValueError(f"shards of one TBE must share a batch size, got {sorted(batch)}")
