@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import time
 from pathlib import Path
 
 import numpy as np

@@ -1,4 +1,3 @@
-import numpy as np
 import pytest
 
 from shardplan.cost.comm import AlphaBetaCommModel, FittedCommModel, rank_volumes

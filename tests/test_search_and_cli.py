@@ -1,7 +1,6 @@
 """Planning, evaluation and the CLI, against a small model trained here on real kernel timings."""
 import json
 
-import numpy as np
 import pytest
 
 from shardplan.cli import main
