@@ -65,12 +65,6 @@ def shard_bags(bags: Bags, row_offset: int, num_rows: int) -> Bags:
     return Bags(lengths=lengths, ids=bags.ids[keep] - row_offset)
 
 
-def head(bags: Bags, batch_size: int) -> Bags:
-    """The first ``batch_size`` samples (a data-parallel replica sees only its local batch)."""
-    n = int(bags.lengths[:batch_size].sum())
-    return Bags(lengths=bags.lengths[:batch_size], ids=bags.ids[:n])
-
-
 _TOP_K = 4096
 
 

@@ -163,6 +163,8 @@ def time_specs(specs: list[ShardSpec], optimizer: str, dtype: str, device: str, 
 
     Per-iteration times of the groups add up; the medians are taken of those sums.
     """
+    if not specs:
+        return KernelTiming(0.0, 0.0, (), ())
     fwd = np.zeros(repeats)
     bwd = np.zeros(repeats)
     for batch in sorted({s.batch_size for s in specs}):
@@ -171,8 +173,6 @@ def time_specs(specs: list[ShardSpec], optimizer: str, dtype: str, device: str, 
                         warmup=warmup, repeats=repeats, device=device)
         fwd += np.array(t.fwd_samples_ms)
         bwd += np.array(t.bwd_samples_ms)
-    if not specs:
-        return KernelTiming(0.0, 0.0, (), ())
     return KernelTiming(float(np.median(fwd)), float(np.median(bwd)), tuple(fwd.tolist()), tuple(bwd.tolist()))
 
 

@@ -17,7 +17,6 @@ Usage mirrors scikit-learn::
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -218,7 +217,3 @@ class NeuralCostModel:
             raise InputError(str(path), f"was trained for profile {model.profile!r}, not {profile!r}",
                              "use the model of the profile you plan for")
         return model
-
-    def fingerprint(self) -> str:
-        h = hashlib.sha256(json.dumps(self.metadata, sort_keys=True, default=str).encode())
-        return h.hexdigest()[:12]
