@@ -2,6 +2,13 @@
 
 The one-line happy path is :func:`shardplan.plan`; see :mod:`shardplan.planning`.
 """
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("shardplan")
+except PackageNotFoundError:  # running from a source tree that was not installed
+    __version__ = "0+unknown"
+
 from .domain import Plan, PlanCost, RankCost, Shard, Table, TableSharding, Task, Topology  # noqa: F401
 from .errors import InfeasibleError, InputError  # noqa: F401
 from .formats import load_plan, load_task, save_plan, save_task  # noqa: F401

@@ -191,6 +191,23 @@ def _cmd_searchers(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .api import Limits, create_app
+
+    for name in ("workers", "max_tables", "max_world_size", "max_body_bytes"):
+        if getattr(args, name) < 1:
+            raise InputError("--" + name.replace("_", "-"), "must be at least 1")
+    if args.max_budget_s <= 0:
+        raise InputError("--max-budget-s", "must be positive")
+    limits = Limits(max_tables=args.max_tables, max_world_size=args.max_world_size,
+                    max_body_bytes=args.max_body_bytes, max_budget_s=args.max_budget_s, workers=args.workers)
+    profiles = args.profiles.split(",") if args.profiles else None
+    uvicorn.run(create_app(limits, profiles), host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="shardplan", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -229,6 +246,18 @@ def build_parser() -> argparse.ArgumentParser:
     val.set_defaults(func=_cmd_validate)
 
     sub.add_parser("searchers", help="list the searchers").set_defaults(func=_cmd_searchers)
+
+    serve = sub.add_parser("serve", help="run the REST planning service (uvicorn)")
+    serve.add_argument("--host", default="127.0.0.1", help="default loopback only")
+    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--profiles", help="comma-separated profiles to load (default: all with models)")
+    serve.add_argument("--workers", type=int, default=2, help="planning threads (default 2)")
+    serve.add_argument("--max-tables", type=int, default=2000)
+    serve.add_argument("--max-world-size", type=int, default=1024)
+    serve.add_argument("--max-body-bytes", type=int, default=16 * 2**20)
+    serve.add_argument("--max-budget-s", type=float, default=120.0, help="longest a planning request may run")
+    serve.add_argument("--log-level", default="info")
+    serve.set_defaults(func=_cmd_serve)
 
     bench = with_profile(sub.add_parser("bench", help="every searcher on every task of a suite, measured"))
     bench.add_argument("--suite", default="data/tasks/cpu-bench")

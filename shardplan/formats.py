@@ -135,7 +135,10 @@ def cost_to_dict(cost: PlanCost) -> dict[str, Any]:
 
 def load_plan(source: Source) -> Plan:
     """Read a ``shardplan/plan@1``. Structure only; :func:`shardplan.validate.validate_plan` checks tiling and memory."""
-    m: PlanModel = _parse(PlanModel, _read(source), "plan")
+    return plan_from_model(_parse(PlanModel, _read(source), "plan"))
+
+
+def plan_from_model(m: PlanModel) -> Plan:
     task = task_from_model(m.task)
     tables = tuple(TableSharding(name=t.name, sharding_type=t.sharding_type,
                                  compute_kernel=t.compute_kernel,

@@ -9,15 +9,24 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from .domain import DTYPE_BYTES, OPTIMIZERS, SHARDING_TYPES
 
 TASK_FORMAT = "shardplan/task@1"
 PLAN_FORMAT = "shardplan/plan@1"
 
-PosInt = Annotated[int, Field(strict=True, gt=0)]
-NonNegInt = Annotated[int, Field(strict=True, ge=0)]
+
+
+def _json_integer(value: Any) -> Any:
+    """JSON Schema's "integer" includes 1000.0; strings and booleans stay errors (strict below)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+PosInt = Annotated[int, Field(strict=True, gt=0), BeforeValidator(_json_integer)]
+NonNegInt = Annotated[int, Field(strict=True, ge=0), BeforeValidator(_json_integer)]
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
@@ -29,7 +38,9 @@ class _Open(BaseModel):
 class TableModel(_Open):
     name: Annotated[str, Field(min_length=1)]
     num_embeddings: PosInt
-    embedding_dim: PosInt
+    # multipleOf is published in the schema; the validator below keeps the message that says the fix.
+    embedding_dim: Annotated[int, Field(strict=True, gt=0, json_schema_extra={"multipleOf": 4}),
+                             BeforeValidator(_json_integer)]
     pooling_factor: NonNegFloat
     zipf_alpha: NonNegFloat = 0.0
 

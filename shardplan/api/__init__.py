@@ -1,2 +1,3 @@
-"""The REST planning service (FastAPI) will live here; it is not built yet (see the open issue on the
-four ways users use shardplan). The Python API is :mod:`shardplan.planning`."""
+"""The REST planning service: :func:`create_app` builds it, ``shardplan serve`` runs it."""
+from .app import create_app  # noqa: F401
+from .limits import Limits  # noqa: F401

@@ -11,6 +11,7 @@ from typing import Protocol
 
 import numpy as np
 
+from .. import budget
 from ..domain import Plan, PlanCost, RankCost
 from ..errors import InputError
 from ..memory import rank_memory_gb
@@ -26,7 +27,13 @@ class ComputeModel(Protocol):
 
 
 class PlanEstimator:
-    """Predicted per-rank cost of plans on one hardware profile."""
+    """Predicted per-rank cost of plans on one hardware profile.
+
+    Safe to share between threads: the cache is a dict that only ever gains
+    whole entries (a race costs a duplicate prediction, never a wrong one).
+    """
+
+    CACHE_LIMIT = 1_000_000
 
     def __init__(self, compute: ComputeModel, comm: CommModel, profile: str, compute_name: str) -> None:
         self.compute = compute
@@ -37,14 +44,18 @@ class PlanEstimator:
 
     def rank_compute(self, sets: list[list[ShardSpec]]) -> list[tuple[float, float]]:
         """(fwd_ms, bwd_ms) for each shard set; the order of shards in a set does not matter."""
+        budget.check()
+        if len(self._cache) > self.CACHE_LIMIT:  # a long-lived service must not grow without end
+            self._cache.clear()
         keys = [tuple(sorted(s, key=lambda x: (x.table, x.row_offset, x.rows, x.cols, x.batch_size)))
                 for s in sets]
-        missing = list({k for k in keys if k not in self._cache})
+        found = {k: v for k in keys if (v := self._cache.get(k)) is not None}
+        missing = list({k for k in keys if k not in found})
         if missing:
             fwd, bwd = self.compute.predict([list(k) for k in missing])
             for k, f, b in zip(missing, fwd, bwd):
-                self._cache[k] = (float(f), float(b))
-        return [self._cache[k] for k in keys]
+                found[k] = self._cache[k] = (float(f), float(b))
+        return [found[k] for k in keys]
 
     def estimate(self, plan: Plan) -> PlanCost:
         task = plan.task

@@ -71,6 +71,8 @@ _TOP_K = 4096
 def zipf_probs(num_rows: int, alpha: float, k: int) -> np.ndarray:
     """Probabilities of popularity ranks ``0..k-1`` under :func:`zipf_ranks`' law."""
     x = np.arange(1, k + 2, dtype=np.float64)
+    if num_rows <= 1:  # one row takes every lookup (the laws below divide by zero there)
+        return np.eye(1, k).ravel()
     if alpha <= 1e-9:
         return np.full(k, 1.0 / num_rows)
     if abs(alpha - 1.0) < 1e-6:

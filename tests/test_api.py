@@ -1,0 +1,156 @@
+"""The REST service, started for real (uvicorn on loopback) and spoken to over HTTP."""
+from __future__ import annotations
+
+import copy
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import schemathesis
+from schemathesis import checks
+from hypothesis import HealthCheck, given, settings
+
+from shardplan.formats import load_plan
+from shardplan.validate import validate_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_TASK = json.loads((ROOT / "data" / "tasks" / "default.json").read_text())
+MAX_BODY = 400_000  # small enough that a test can send one larger
+MAX_TABLES = 40
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server() -> str:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardplan.cli", "serve", "--port", str(port), "--log-level", "warning",
+         "--max-body-bytes", str(MAX_BODY), "--max-tables", str(MAX_TABLES), "--max-world-size", "64",
+         "--max-budget-s", "20"], cwd=ROOT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        else:
+            raise RuntimeError("the service did not start")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_service_lists_searchers_profiles_and_health(server: str) -> None:
+    searchers = httpx.get(server + "/v1/searchers").json()
+    assert [s["name"] for s in searchers if s["default"]] == ["neuroshard"]
+    assert {"torchrec", "greedy-cost", "random"} <= {s["name"] for s in searchers}
+    profiles = {p["name"]: p for p in httpx.get(server + "/v1/profiles").json()}
+    assert profiles["cpu-2c"]["loaded"] and profiles["cpu-2c"]["compute_model"].startswith("neural")
+    assert httpx.get(server + "/healthz").json()["profiles"] == ["cpu-2c"]
+
+
+def test_plan_then_evaluate_round_trip(server: str, task_dict: dict) -> None:
+    r = httpx.post(server + "/v1/plans", params={"searcher": "greedy-cost", "seed": 3}, json=task_dict, timeout=60)
+    assert r.status_code == 200, r.text
+    plan = load_plan(r.json())
+    validate_plan(plan)
+    assert plan.search["searcher"] == "greedy-cost" and plan.search["seed"] == 3
+    assert plan.cost.kind == "predicted" and len(plan.cost.per_rank) == 2
+    again = httpx.post(server + "/v1/plans", params={"searcher": "greedy-cost", "seed": 3}, json=task_dict,
+                       timeout=60).json()
+    assert again["tables"] == r.json()["tables"]  # deterministic for a seed
+    body = dict(r.json(), cost=None)
+    ev = httpx.post(server + "/v1/evaluations", json=body, timeout=60)
+    assert ev.status_code == 200, ev.text
+    assert ev.json()["cost"]["max_ms"] == pytest.approx(r.json()["cost"]["max_ms"], rel=1e-6)
+
+
+def _error(r: httpx.Response, status: int) -> dict:
+    assert r.status_code == status, r.text
+    (item,) = r.json()["detail"]
+    return item
+
+
+def test_bad_requests_get_4xx_naming_the_field(server: str, task_dict: dict, plan_dict: dict) -> None:
+    bad = copy.deepcopy(task_dict)
+    bad["tables"][1]["embedding_dim"] = -8
+    assert _error(httpx.post(server + "/v1/plans", json=bad), 422)["loc"] == ["body", "tables", 1, "embedding_dim"]
+    malformed = httpx.post(server + "/v1/plans", content=b'{"format": ', headers={"content-type": "application/json"})
+    assert _error(malformed, 422)["type"] == "json_invalid"
+    assert _error(httpx.post(server + "/v1/plans", params={"searcher": "nope"}, json=task_dict), 422)["loc"] == [
+        "query", "searcher"]
+    item = _error(httpx.post(server + "/v1/plans", params={"profile": "h100"}, json=task_dict), 422)
+    assert item["loc"] == ["query", "profile"] and "cpu-2c" in item["msg"]
+    huge = copy.deepcopy(task_dict)
+    huge["tables"][0]["num_embeddings"] = 10**9  # 64 GB at dim 16, over 2 ranks of 10 MB
+    assert _error(httpx.post(server + "/v1/plans", json=huge, timeout=60), 422)["type"] == "infeasible"
+    wide = copy.deepcopy(task_dict)
+    wide["tables"] = [dict(task_dict["tables"][0], name=f"t{i}") for i in range(MAX_TABLES + 1)]
+    item = _error(httpx.post(server + "/v1/plans", json=wide), 422)
+    assert item["loc"] == ["body", "tables"] and str(MAX_TABLES) in item["msg"]
+    item = _error(httpx.post(server + "/v1/plans", content=b" " * (MAX_BODY + 1),
+                             headers={"content-type": "application/json"}), 413)
+    assert "--max-body-bytes" in item["msg"]
+    overlap = copy.deepcopy(plan_dict)
+    overlap["tables"][0]["shards"][0]["num_rows"] = 10  # rows 10.. of table a are not covered
+    assert _error(httpx.post(server + "/v1/evaluations", json=overlap), 422)["loc"][:2] == ["body", "tables"]
+
+
+def test_time_budget_stops_a_long_search(server: str) -> None:
+    r = httpx.post(server + "/v1/plans", params={"searcher": "neuroshard", "budget_s": 0.05}, json=DEFAULT_TASK,
+                   timeout=60)
+    item = _error(r, 422)
+    assert item["type"] == "time_budget" and item["loc"] == ["query", "budget_s"]
+    too_long = httpx.post(server + "/v1/plans", params={"budget_s": 1000}, json=DEFAULT_TASK)
+    assert _error(too_long, 422)["loc"] == ["query", "budget_s"]
+
+
+def test_planning_does_not_stall_the_event_loop(server: str) -> None:
+    slow = threading.Thread(target=httpx.post, args=(server + "/v1/plans",),
+                            kwargs={"params": {"searcher": "neuroshard"}, "json": DEFAULT_TASK, "timeout": 60})
+    slow.start()
+    time.sleep(0.3)
+    t0 = time.perf_counter()
+    assert httpx.get(server + "/healthz", timeout=10).status_code == 200
+    answered_in = time.perf_counter() - t0
+    slow.join()
+    assert answered_in < 1.0
+
+
+OPERATIONS = [("GET", "/healthz"), ("GET", "/v1/searchers"), ("GET", "/v1/profiles"),
+              ("POST", "/v1/plans"), ("POST", "/v1/evaluations")]
+
+
+@pytest.mark.parametrize("method,path", OPERATIONS)
+def test_schemathesis_finds_no_server_error_or_schema_break(server: str, method: str, path: str) -> None:
+    """Requests generated from the OpenAPI document: no 5xx, every response valid against it."""
+    schema = schemathesis.openapi.from_url(server + "/openapi.json")
+    operation = schema[path][method]
+
+    @settings(max_examples=40 if method == "POST" else 5, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(case=operation.as_strategy())
+    def check(case) -> None:
+        if (case.query or {}).get("budget_s", 0) > 5:
+            case.query["budget_s"] = 5  # keep the run short; the budget itself is tested above
+        # Semantic 422s (a plan that does not tile, a task over memory) are right answers to
+        # schema-valid requests, so "positive data accepted" is not one of the checks.
+        case.call_and_validate(timeout=60, checks=[
+            checks.not_a_server_error, checks.status_code_conformance, checks.content_type_conformance,
+            checks.response_schema_conformance, checks.response_headers_conformance])
+
+    check()
