@@ -94,12 +94,11 @@ def _cmd_make_tasks(args: argparse.Namespace) -> int:
 def _cmd_plan(args: argparse.Namespace) -> int:
     from .formats import load_task, save_plan
     from .report_text import cost_table, plan_table
-    from .search import get_searcher
-
-    from .search import DEFAULT_SEARCHER
+    from .search import DEFAULT_SEARCHER, get_searcher
 
     task = load_task(args.task)
-    searcher = get_searcher(args.searcher or DEFAULT_SEARCHER)
+    types = args.sharding_types.split(",") if args.sharding_types else None
+    searcher = get_searcher(args.searcher or DEFAULT_SEARCHER, types)
     plan = searcher.plan(task, _estimator(args), seed=args.seed)
     save_plan(plan, args.out)
     print(plan_table(plan))
@@ -208,6 +207,44 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_train_dmp(args: argparse.Namespace) -> int:
+    import statistics
+
+    from .execute.dmp import compare, default_backend, torchrec_plan_for
+    from .formats import load_plan, write_json_atomic
+    from .validate import validate_plan
+
+    plan = load_plan(args.plan)
+    validate_plan(plan)
+    backend = args.backend or default_backend(plan)
+    plans = {"plan": plan}
+    if args.vs_torchrec:
+        plans["torchrec"] = torchrec_plan_for(plan.task, backend)
+    results = compare(plans, args.iterations, args.warmup, args.rounds, args.seed, backend)
+    rows = []
+    for name, runs in results.items():
+        losses = runs[-1].losses
+        k = max(1, len(losses) // 5)
+        rows.append({"plan": name, "samples_per_s": round(statistics.median(r.samples_per_s for r in runs), 1),
+                     "runs_samples_per_s": [round(r.samples_per_s, 1) for r in runs],
+                     "loss_first": round(statistics.fmean(losses[:k]), 4),
+                     "loss_last": round(statistics.fmean(losses[-k:]), 4),
+                     "loss_fell": all(r.loss_fell for r in runs)})
+    from tabulate import tabulate
+
+    print(f"{plan.task.name}: {plan.task.topology.world_size} processes, {backend}, global batch "
+          f"{plan.task.global_batch_size}, {args.iterations} timed iterations x {args.rounds} rounds (interleaved)")
+    print(tabulate([{k: v for k, v in r.items() if k != "runs_samples_per_s"} for r in rows], headers="keys"))
+    if args.out:
+        write_json_atomic(args.out, {"task": plan.task.name, "backend": backend, "iterations": args.iterations,
+                                     "rounds": args.rounds, "results": rows,
+                                     "runs": {n: [r.to_dict() for r in rs] for n, rs in results.items()}})
+    if not all(r["loss_fell"] for r in rows):
+        print("error: the loss did not fall", file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="shardplan", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -231,6 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("task")
     plan.add_argument("--searcher", default=None, help="default: the best searcher (see `searchers`)")
     plan.add_argument("--seed", type=int, default=0)
+    plan.add_argument("--sharding-types", help="comma-separated types the plan may use, e.g. "
+                                               "table_wise,column_wise,data_parallel (what gloo runs)")
     plan.add_argument("-o", "--out", required=True)
     plan.set_defaults(func=_cmd_plan)
 
@@ -246,6 +285,19 @@ def build_parser() -> argparse.ArgumentParser:
     val.set_defaults(func=_cmd_validate)
 
     sub.add_parser("searchers", help="list the searchers").set_defaults(func=_cmd_searchers)
+
+    dmp = sub.add_parser("train-dmp", help="train a DLRM with TorchRec DistributedModelParallel sharded by a "
+                                           "plan (one process per rank); report samples/s and the loss")
+    dmp.add_argument("plan")
+    dmp.add_argument("--iterations", type=int, default=100, help="timed iterations per run")
+    dmp.add_argument("--warmup", type=int, default=5)
+    dmp.add_argument("--rounds", type=int, default=2, help="runs per plan, interleaved")
+    dmp.add_argument("--seed", type=int, default=0)
+    dmp.add_argument("--backend", choices=["gloo", "nccl"], help="default: gloo on cpu, nccl on cuda")
+    dmp.add_argument("--no-torchrec", dest="vs_torchrec", action="store_false",
+                     help="do not also train TorchRec's own plan of the task")
+    dmp.add_argument("-o", "--out", help="write the results as JSON")
+    dmp.set_defaults(func=_cmd_train_dmp)
 
     serve = sub.add_parser("serve", help="run the REST planning service (uvicorn)")
     serve.add_argument("--host", default="127.0.0.1", help="default loopback only")

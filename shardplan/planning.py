@@ -19,6 +19,7 @@ from typing import Any, Iterable
 
 from .cost.estimator import PlanEstimator, load_estimator
 from .domain import Plan, Table, Task
+from .errors import InputError
 from .formats import load_task
 from .schema import TASK_FORMAT
 
@@ -47,16 +48,26 @@ def make_task(tables: Iterable[Table | dict[str, Any]], world_size: int, *, loca
 
 
 def plan(tables: Iterable[Table | dict[str, Any]] | Task, world_size: int | None = None, *,
-         searcher: str | None = None, profile: str = "cpu-2c", seed: int = 0, **task_fields: Any) -> Plan:
+         searcher: str | None = None, profile: str = "cpu-2c", seed: int = 0,
+         sharding_types: Iterable[str] | None = None, **task_fields: Any) -> Plan:
     """Plan tables for a topology with the default searcher and profile; returns a :class:`Plan`.
 
     ``tables`` may also be a ready :class:`Task` (then ``world_size`` and the
     task fields are not given). ``task_fields`` are :func:`make_task`'s keywords.
+    ``sharding_types`` limits the plan to those types, e.g. what TorchRec can run
+    on CPU over gloo: ``("table_wise", "column_wise", "data_parallel")``.
     """
     from .search import DEFAULT_SEARCHER, get_searcher
 
-    task = tables if isinstance(tables, Task) else make_task(tables, world_size, **task_fields)
-    return get_searcher(searcher or DEFAULT_SEARCHER).plan(task, estimator(profile), seed=seed)
+    if isinstance(tables, Task):
+        if world_size is not None or task_fields:
+            raise InputError("world_size", "is given by the Task", "pass either a Task or tables and world_size")
+        task = tables
+    elif world_size is None:
+        raise InputError("world_size", "is required with a list of tables", "pass world_size=<ranks>")
+    else:
+        task = make_task(tables, world_size, **task_fields)
+    return get_searcher(searcher or DEFAULT_SEARCHER, sharding_types).plan(task, estimator(profile), seed=seed)
 
 
 def evaluate(p: Plan, *, measure: bool = False, profile: str = "cpu-2c", rounds: int = 1) -> Plan:

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from typing import Callable
+from typing import Callable, Iterable
 
 from ..cost.estimator import PlanEstimator
-from ..domain import Plan, Task, TableSharding
-from ..errors import InputError
+from ..domain import SHARDING_TYPES, Plan, Task, TableSharding
+from ..errors import InfeasibleError, InputError
 from ..validate import validate_plan
 
 
@@ -21,6 +21,10 @@ class Searcher(ABC):
 
     name: str = ""
     description: str = ""
+    #: Searchers whose constructor takes ``sharding_types`` (and honours it) set this True.
+    honours_sharding_types: bool = False
+    #: The sharding types a plan may use (None: any); checked on every plan.
+    sharding_types: frozenset[str] | None = None
 
     @abstractmethod
     def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]: ...
@@ -32,6 +36,11 @@ class Searcher(ABC):
         order = {t.name: i for i, t in enumerate(task.tables)}
         plan = Plan(task=task, tables=tuple(sorted(tables, key=lambda s: order[s.name])))
         validate_plan(plan)
+        if self.sharding_types is not None:
+            bad = [f"{t.name} ({t.sharding_type})" for t in plan.tables if t.sharding_type not in self.sharding_types]
+            if bad:  # a searcher bug, never a silent violation
+                raise InfeasibleError("sharding_types", f"searcher {self.name} used types outside "
+                                      f"{sorted(self.sharding_types)}: {', '.join(bad[:3])}")
         return Plan(task=task, tables=plan.tables, cost=estimator.estimate(plan),
                     search={"searcher": self.name, "seed": seed, "seconds": round(seconds, 4)})
 
@@ -44,8 +53,22 @@ def register(cls: type[Searcher]) -> type[Searcher]:
     return cls
 
 
-def get_searcher(name: str) -> Searcher:
+def get_searcher(name: str, sharding_types: Iterable[str] | None = None) -> Searcher:
+    """A searcher by name; ``sharding_types`` restricts the plan to those types (``table_wise`` required)."""
     try:
-        return SEARCHERS[name]()
+        cls = SEARCHERS[name]
     except KeyError:
         raise InputError("searcher", f"unknown searcher {name!r}", f"use one of {sorted(SEARCHERS)}") from None
+    if sharding_types is None:
+        return cls()
+    allowed = frozenset(sharding_types)
+    unknown = sorted(allowed - set(SHARDING_TYPES))
+    if unknown or "table_wise" not in allowed:
+        raise InputError("sharding_types", f"{sorted(allowed)} is not a usable restriction"
+                         + (f" ({unknown} unknown)" if unknown else " (table_wise is required)"),
+                         f"choose from {list(SHARDING_TYPES)}, including table_wise")
+    if not cls.honours_sharding_types:
+        honour = sorted(n for n, c in SEARCHERS.items() if c.honours_sharding_types)
+        raise InputError("sharding_types", f"searcher {name!r} cannot restrict sharding types",
+                         f"use one of {honour}")
+    return cls(sharding_types=allowed)

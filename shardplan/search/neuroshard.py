@@ -21,7 +21,6 @@ each candidate state is scored by re-running the table-wise grid search. The
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -226,7 +225,7 @@ def _materialise(task: Task, state: State) -> tuple[list[Unit], list[TableShardi
     return units, fixed
 
 
-def _initial_state(task: Task) -> State:
+def _initial_state(task: Task, allowed: frozenset[str] | None = None) -> State:
     """Whole tables, except those too big for one rank, which go row-wise.
 
     Largest first, each judged against what the row-wise tables before it
@@ -239,6 +238,10 @@ def _initial_state(task: Task) -> State:
     for t in sorted(task.tables, key=lambda t: (-t.num_embeddings * t.embedding_dim, t.name)):
         whole = shard_bytes(task, t, "table_wise", Shard(0, 0, t.num_embeddings, 0, t.embedding_dim))
         if whole > cap - taken:
+            if allowed is not None and "row_wise" not in allowed:
+                raise InfeasibleError(
+                    f"tables.{t.name}", f"needs {whole / GB:.3f} GB, more than one rank has free, and "
+                    "row-wise sharding is not allowed", "allow row_wise, or raise topology.memory_per_rank_gb")
             kinds[t.name] = ("rw", 0)
             slice_bytes = max(shard_bytes(task, t, "row_wise", s) for s in row_wise_shards(t, ranks))
             if slice_bytes > cap - taken:
@@ -255,11 +258,15 @@ def _initial_state(task: Task) -> State:
 class NeuroShardTableWise(Searcher):
     name = "neuroshard-tw"
     description = "NeuroShard table-wise greedy grid search over the learned cost model"
+    honours_sharding_types = True
+
+    def __init__(self, sharding_types: frozenset[str] | None = None) -> None:
+        self.sharding_types = sharding_types
 
     def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]:
         _require_incremental(estimator)
         placer = _Placer(task, estimator)
-        units, fixed = _materialise(task, _initial_state(task))
+        units, fixed = _materialise(task, _initial_state(task, self.sharding_types))
         best = placer.best_over_grid(units, fixed)
         if best is None:
             raise InfeasibleError("task", "no table-wise placement fits every rank's memory, even with "
@@ -275,12 +282,20 @@ class NeuroShardBeam(Searcher):
     description = ("NeuroShard beam search over column splits, row-wise and data-parallel choices, "
                    "each scored by the table-wise greedy grid")
 
-    def __init__(self, beam_width: int = 3, steps: int = 4, candidates: int = 6,
-                 time_budget_s: float = 20.0, grid: tuple[float, ...] = GRID,
-                 on_step: Callable[[int, float], None] | None = None) -> None:
-        """``on_step(step, best_predicted_ms)`` is called after each beam step (Optuna prunes there)."""
+    honours_sharding_types = True
+
+    def __init__(self, beam_width: int = 3, steps: int = 4, candidates: int = 6, max_work: float = 5e6,
+                 grid: tuple[float, ...] = GRID, on_step: Callable[[int, float], None] | None = None,
+                 sharding_types: frozenset[str] | None = None) -> None:
+        """``max_work`` bounds the search in placement evaluations (units x ranks x grid points per
+        scored state), not seconds, so that a plan does not depend on how busy the machine is.
+        ``on_step(step, best_predicted_ms)`` is called after each beam step (Optuna prunes there)."""
         self.beam_width, self.steps, self.candidates = beam_width, steps, candidates
-        self.time_budget_s, self.grid, self.on_step = time_budget_s, grid, on_step
+        self.max_work, self.grid, self.on_step = max_work, grid, on_step
+        self.sharding_types = sharding_types
+
+    def _allows(self, kind: str) -> bool:
+        return self.sharding_types is None or kind in self.sharding_types
 
     def _moves(self, task: Task, state: State, placer: _Placer) -> list[State]:
         """Neighbouring states: split a costly table further, make it row-wise, or replicate a small one."""
@@ -296,31 +311,35 @@ class NeuroShardBeam(Searcher):
             kind, k = state[i]
             if kind in ("tw", "cw"):
                 for nk in (2 * k, 4 * k):
-                    if nk <= max_blocks(tables[i]) and nk <= 2 * topo.world_size:
+                    if nk <= max_blocks(tables[i]) and nk <= 2 * topo.world_size and self._allows("column_wise"):
                         out.append(state[:i] + (("cw", nk),) + state[i + 1:])
                 if topo.world_size > 1:
-                    out.append(state[:i] + (("rw", 0),) + state[i + 1:])
-                    if topo.num_hosts > 1:
+                    if self._allows("row_wise"):
+                        out.append(state[:i] + (("rw", 0),) + state[i + 1:])
+                    if topo.num_hosts > 1 and self._allows("table_row_wise"):
                         out.append(state[:i] + (("twrw", i % topo.num_hosts),) + state[i + 1:])
         # Replicating a table costs its gradient all-reduce; only small tables can win.
         small = sorted((i for i, t in enumerate(tables) if state[i] == ("tw", 1)),
                        key=lambda i: tables[i].num_embeddings * tables[i].embedding_dim)[:2]
-        out += [state[:i] + (("dp", 0),) + state[i + 1:] for i in small]
+        if self._allows("data_parallel"):
+            out += [state[:i] + (("dp", 0),) + state[i + 1:] for i in small]
         return out
 
     def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]:
         _require_incremental(estimator)
-        t0 = time.perf_counter()
         placer = _Placer(task, estimator)
         scored: dict[State, tuple[float, list[TableSharding]] | None] = {}
+        work = 0.0
 
         def score(state: State):
+            nonlocal work
             if state not in scored:
                 units, fixed = _materialise(task, state)
+                work += max(1, len(units)) * task.topology.world_size * len(self.grid)
                 scored[state] = placer.best_over_grid(units, fixed, self.grid)
             return scored[state]
 
-        start = _initial_state(task)
+        start = _initial_state(task, self.sharding_types)
         if score(start) is None:
             raise InfeasibleError("task", "no placement fits every rank's memory, even with oversized tables "
                                   "split row-wise", "raise topology.memory_per_rank_gb or add ranks")
@@ -328,12 +347,12 @@ class NeuroShardBeam(Searcher):
         for step in range(self.steps):
             children = {c for s in beam for c in self._moves(task, s, placer)}
             for c in sorted(children):
-                if time.perf_counter() - t0 > self.time_budget_s:
+                if work > self.max_work:
                     break
                 score(c)
             ranked = sorted((s for s in set(beam) | children if scored.get(s)), key=lambda s: (scored[s][0], s))
             new_beam = ranked[: self.beam_width]
-            done = new_beam == beam or time.perf_counter() - t0 > self.time_budget_s
+            done = new_beam == beam or work > self.max_work
             beam = new_beam
             if self.on_step is not None:
                 self.on_step(step, scored[beam[0]][0])

@@ -11,12 +11,15 @@
 """
 from __future__ import annotations
 
+from typing import Iterable
+
 from ..cost.estimator import PlanEstimator
 from ..domain import Plan, Shard, TableSharding, Task
 from ..errors import InfeasibleError
 from .base import Searcher, register
 
 _FROM_TORCHREC = {"table_column_wise": "column_wise"}
+_TO_TORCHREC = {"column_wise": ("column_wise", "table_column_wise")}
 _OPTIM = {"sgd": "EXACT_SGD", "rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD", "adagrad": "EXACT_ADAGRAD",
           "adam": "ADAM"}
 
@@ -100,19 +103,32 @@ def to_torchrec_plan(plan: Plan, module_path: str = ""):
 class TorchRecSearcher(Searcher):
     name = "torchrec"
     description = "TorchRec's EmbeddingShardingPlanner (its own estimators), converted"
+    honours_sharding_types = True
+
+    def __init__(self, sharding_types: frozenset[str] | None = None) -> None:
+        self.sharding_types = sharding_types
 
     def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]:
-        from torchrec.distributed.planner import EmbeddingShardingPlanner
-        from torchrec.distributed.planner.types import ParameterConstraints, PlannerError
+        return torchrec_shardings(task, self.sharding_types)
 
-        constraints = {t.name: ParameterConstraints(pooling_factors=[max(t.pooling_factor, 1e-3)])
-                       for t in task.tables}
-        planner = EmbeddingShardingPlanner(topology=torchrec_topology(task),
-                                           batch_size=task.batch_size_per_rank, constraints=constraints)
-        try:
-            plan = planner.plan(embedding_bag_collection(task), [sharder(task)])
-        except PlannerError as e:
-            first = str(e).strip().splitlines()[0]
-            raise InfeasibleError("task", f"TorchRec's planner found no plan: {first}",
-                                  "TorchRec cannot place this task; use another searcher") from None
-        return from_torchrec_plan(task, plan.plan[""])
+
+def torchrec_shardings(task: Task, sharding_types: Iterable[str] | None = None) -> list[TableSharding]:
+    """TorchRec's planner on ``task``; ``sharding_types`` (ours) limits what it may propose."""
+    from torchrec.distributed.planner import EmbeddingShardingPlanner
+    from torchrec.distributed.planner.types import ParameterConstraints, PlannerError
+
+    if sharding_types is not None:  # our column_wise is both of TorchRec's column-wise kinds
+        sharding_types = sorted({n for ours in sharding_types for n in _TO_TORCHREC.get(ours, (ours,))})
+
+    constraints = {t.name: ParameterConstraints(pooling_factors=[max(t.pooling_factor, 1e-3)],
+                                                sharding_types=sharding_types)
+                   for t in task.tables}
+    planner = EmbeddingShardingPlanner(topology=torchrec_topology(task),
+                                       batch_size=task.batch_size_per_rank, constraints=constraints)
+    try:
+        plan = planner.plan(embedding_bag_collection(task), [sharder(task)])
+    except PlannerError as e:
+        first = str(e).strip().splitlines()[0]
+        raise InfeasibleError("task", f"TorchRec's planner found no plan: {first}",
+                              "TorchRec cannot place this task; use another searcher") from None
+    return from_torchrec_plan(task, plan.plan[""])

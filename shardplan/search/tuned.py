@@ -8,7 +8,6 @@ pruner stops unpromising ones early. The objective is the predicted plan cost.
 """
 from __future__ import annotations
 
-import time
 
 import numpy as np
 
@@ -36,7 +35,6 @@ class NeuroShardOptuna(Searcher):
         study.enqueue_trial({"beam_width": defaults.beam_width, "steps": defaults.steps,
                              "candidates": defaults.candidates, "grid_lo": GRID[0], "grid_hi": GRID[-2]})
         plans: dict[int, list[TableSharding]] = {}
-        deadline = time.perf_counter() + self.time_budget_s
 
         def objective(trial: "optuna.Trial") -> float:
             lo = trial.suggest_float("grid_lo", 1.0, 1.3)
@@ -52,7 +50,7 @@ class NeuroShardOptuna(Searcher):
             beam = NeuroShardBeam(beam_width=trial.suggest_int("beam_width", 1, 5),
                                   steps=trial.suggest_int("steps", 1, 6),
                                   candidates=trial.suggest_int("candidates", 2, 10),
-                                  time_budget_s=max(1.0, deadline - time.perf_counter()), grid=grid,
+                                  grid=grid,
                                   on_step=on_step)
             tables = beam.search(task, estimator, seed)
             plans[trial.number] = tables

@@ -1,0 +1,241 @@
+"""Plan-to-trainer: a real multi-process TorchRec DistributedModelParallel DLRM, sharded by a plan.
+
+:func:`train_with_plan` starts one process per rank (``torch.multiprocessing``),
+joins them in a process group (gloo on CPU, NCCL on GPUs: the same code), and
+trains a DLRM whose embedding tables are the task's, sharded by TorchRec
+exactly as the plan says (:func:`~shardplan.search.torchrec_adapter.to_torchrec_plan`).
+Batches are synthetic and drawn as the task describes: per table, a Poisson
+number of ids around its pooling factor, Zipf-skewed rows (DESIGN.md's recipe),
+and labels from a fixed hidden rule on the dense features and the ids, so that
+the loss has something to learn and must fall.
+
+The model is the DLRM of Naumov et al. (2019) with concatenation as the
+feature interaction (the reference code's ``--arch-interaction-op=cat``), which
+lets tables have different dims as shardplan's tasks do: bottom MLP on the
+dense features, the sharded ``EmbeddingBagCollection`` (fused FBGEMM kernels
+with the task's optimizer in the backward), concatenation, top MLP, BCE loss,
+Adagrad on the dense part.
+
+Throughput is the global batch times the timed iterations over the slowest
+rank's wall time for them (warm-up iterations excluded).
+"""
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..cost.ids import table_bags
+from ..domain import Plan, Task
+from ..errors import InputError
+
+# TorchRec's gloo (CPU) path has no kernels for these (row-wise needs a reduce-scatter of pooled
+# embeddings that its CPU sharding does not implement); on GPUs with NCCL they run.
+GLOO_UNSUPPORTED = ("row_wise", "table_row_wise")
+GLOO_TYPES = ("table_wise", "column_wise", "data_parallel")
+DENSE_FEATURES = 13  # as Criteo's
+MODULE_PATH = "sparse"  # where the EmbeddingBagCollection sits in the model (the plan's module path)
+
+
+@dataclass
+class TrainResult:
+    """What one DistributedModelParallel run did."""
+
+    plan: str
+    world_size: int
+    backend: str
+    iterations: int
+    warmup: int
+    global_batch: int
+    samples_per_s: float
+    seconds: float
+    losses: list[float] = field(default_factory=list)  # mean over ranks, per iteration
+
+    @property
+    def loss_fell(self) -> bool:
+        k = max(1, len(self.losses) // 5)
+        return float(np.mean(self.losses[-k:])) < float(np.mean(self.losses[:k]))
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "loss_fell": self.loss_fell,
+                "first_loss": self.losses[0] if self.losses else None,
+                "last_loss": self.losses[-1] if self.losses else None}
+
+
+def check_runnable(plan: Plan, backend: str) -> None:
+    """Raise :class:`InputError` naming the tables whose sharding the backend cannot run."""
+    if backend != "gloo":
+        return
+    bad = [f"{t.name} ({t.sharding_type})" for t in plan.tables if t.sharding_type in GLOO_UNSUPPORTED]
+    if bad:
+        raise InputError("tables", f"TorchRec on CPU (gloo) cannot run row-wise sharding, which "
+                         f"{len(bad)} table(s) use: {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}",
+                         "train on GPUs (NCCL), or plan for gloo: shardplan plan TASK "
+                         "--sharding-types " + ",".join(GLOO_TYPES))
+
+
+def default_backend(plan: Plan) -> str:
+    return "nccl" if plan.task.topology.device == "cuda" else "gloo"
+
+
+def train_with_plan(plan: Plan, iterations: int = 40, warmup: int = 5, seed: int = 0, lr: float = 0.05,
+                    backend: str | None = None, name: str = "plan") -> TrainResult:
+    """Train the task's DLRM for ``iterations`` with ``plan`` as the sharding; one process per rank."""
+    import torch.multiprocessing as mp
+
+    backend = backend or default_backend(plan)
+    if iterations < 2 or warmup < 0:
+        raise InputError("iterations", f"need at least 2 timed iterations and warmup >= 0 (got {iterations}, "
+                         f"{warmup})")
+    check_runnable(plan, backend)
+    world = plan.task.topology.world_size
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        mp.spawn(_worker, args=(world, _free_port(), backend, plan, iterations, warmup, seed, lr, out),
+                 nprocs=world, join=True)
+        results = [np.load(out / f"rank{r}.npz") for r in range(world)]
+    seconds = max(float(r["seconds"]) for r in results)
+    losses = np.mean([r["losses"] for r in results], axis=0)
+    global_batch = plan.task.global_batch_size
+    return TrainResult(plan=name, world_size=world, backend=backend, iterations=iterations, warmup=warmup,
+                       global_batch=global_batch, samples_per_s=global_batch * iterations / seconds,
+                       seconds=seconds, losses=[round(float(x), 5) for x in losses])
+
+
+def torchrec_plan_for(task: Task, backend: str) -> Plan:
+    """TorchRec's own plan of ``task``, limited to the sharding types ``backend`` can run."""
+    from ..planning import estimator
+    from ..search import get_searcher
+
+    types = GLOO_TYPES if backend == "gloo" else None
+    return get_searcher("torchrec", types).plan(task, estimator(), seed=0)
+
+
+def compare(plans: dict[str, Plan], iterations: int = 100, warmup: int = 5, rounds: int = 2, seed: int = 0,
+            backend: str | None = None) -> dict[str, list[TrainResult]]:
+    """Train every plan ``rounds`` times, taking turns (noise hits them alike); results per plan."""
+    for p in plans.values():
+        check_runnable(p, backend or default_backend(p))
+    out: dict[str, list[TrainResult]] = {name: [] for name in plans}
+    for _ in range(rounds):
+        for name, p in plans.items():
+            out[name].append(train_with_plan(p, iterations, warmup, seed, backend=backend, name=name))
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def dlrm(task: Task, device: str):
+    """The model: bottom MLP, the task's EmbeddingBagCollection, concatenation, top MLP."""
+    import torch
+    from torch import nn
+
+    from ..search.torchrec_adapter import embedding_bag_collection
+
+    emb_total = sum(t.embedding_dim for t in task.tables)
+
+    class DLRM(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bottom = nn.Sequential(nn.Linear(DENSE_FEATURES, 64), nn.ReLU(), nn.Linear(64, 32), nn.ReLU())
+            self.sparse = embedding_bag_collection(task, device="meta")
+            self.top = nn.Sequential(nn.Linear(32 + emb_total, 128), nn.ReLU(), nn.Linear(128, 1))
+
+        def forward(self, dense: torch.Tensor, features) -> torch.Tensor:
+            pooled = self.sparse(features).values()  # [B, sum of dims], tables in task order
+            return self.top(torch.cat([self.bottom(dense), pooled], dim=1)).squeeze(1)
+
+    assert MODULE_PATH == "sparse"
+    return DLRM()
+
+
+def synthetic_batches(task: Task, rank: int, count: int, seed: int):
+    """``count`` (dense, KeyedJaggedTensor, labels) batches of the rank's local batch size."""
+    import torch
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+    from ..search.torchrec_adapter import feature_name
+
+    batch = task.batch_size_per_rank
+    rule = np.random.default_rng(12345)  # the hidden labelling rule: the same on every rank
+    w = rule.normal(size=DENSE_FEATURES)
+    parity = rule.choice([-1.0, 1.0], size=len(task.tables))
+    out = []
+    for i in range(count):
+        rng = np.random.default_rng((seed, rank, i))
+        dense = rng.normal(size=(batch, DENSE_FEATURES)).astype(np.float32)
+        logit = dense @ w / np.sqrt(DENSE_FEATURES)
+        lengths, values = [], []
+        for k, t in enumerate(task.tables):
+            bags = table_bags(t.name, t.num_embeddings, t.pooling_factor, t.zipf_alpha, batch,
+                              seed=seed * 1_000_003 + rank * 10_007 + i)
+            lengths.append(bags.lengths)
+            values.append(bags.ids)
+            if len(bags.ids):  # the parity of a sample's first id nudges its label
+                starts = np.minimum(np.cumsum(bags.lengths) - bags.lengths, len(bags.ids) - 1)
+                sign = bags.ids[starts] % 2 * 2 - 1
+                logit = logit + np.where(bags.lengths > 0, parity[k] * sign, 0) / np.sqrt(len(task.tables))
+        labels = (logit + 0.3 * rng.normal(size=batch) > 0).astype(np.float32)
+        kjt = KeyedJaggedTensor.from_lengths_sync(
+            keys=[feature_name(t.name) for t in task.tables],
+            values=torch.from_numpy(np.concatenate(values)), lengths=torch.from_numpy(np.concatenate(lengths)))
+        out.append((torch.from_numpy(dense), kjt, torch.from_numpy(labels)))
+    return out
+
+
+def _worker(rank: int, world: int, port: int, backend: str, plan: Plan, iterations: int, warmup: int,
+            seed: int, lr: float, out: Path) -> None:
+    import torch
+    import torch.distributed as dist
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+    from torchrec.distributed.types import ShardingEnv
+    from torchrec.optim.optimizers import in_backward_optimizer_filter
+
+    from ..search.torchrec_adapter import sharder, to_torchrec_plan
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    cuda = backend == "nccl"
+    device = torch.device(f"cuda:{rank % torch.cuda.device_count()}" if cuda else "cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        torch.manual_seed(seed)  # the dense layers start equal on every rank
+        task = plan.task
+        model = DistributedModelParallel(
+            dlrm(task, "meta"), env=ShardingEnv.from_process_group(dist.group.WORLD), device=device,
+            plan=to_torchrec_plan(plan, module_path=MODULE_PATH), sharders=[sharder(task)])
+        dense_opt = torch.optim.Adagrad([p for _, p in in_backward_optimizer_filter(model.named_parameters())], lr=lr)
+        loss_fn = torch.nn.BCEWithLogitsLoss()
+        batches = synthetic_batches(task, rank, warmup + iterations, seed)
+        losses = []
+        for i, (dense, kjt, labels) in enumerate(batches):
+            if i == warmup:
+                dist.barrier()
+                if cuda:
+                    torch.cuda.synchronize()
+                t0 = time.perf_counter()
+            dense, kjt, labels = dense.to(device), kjt.to(device), labels.to(device)
+            loss = loss_fn(model(dense, kjt), labels)
+            dense_opt.zero_grad()
+            loss.backward()  # the embeddings' optimizer runs fused in here
+            dense_opt.step()
+            if i >= warmup:
+                losses.append(float(loss.detach()))
+        if cuda:
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
+        dist.barrier()
+        np.savez(out / f"rank{rank}.npz", seconds=seconds, losses=np.asarray(losses))
+    finally:
+        dist.destroy_process_group()
