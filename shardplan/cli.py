@@ -245,6 +245,29 @@ def _cmd_train_dmp(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from .formats import load_plan
+    from .report_html import render
+    from .validate import validate_plan
+
+    plans = []
+    for path in args.plans:
+        p = load_plan(path)
+        validate_plan(p)
+        if p.cost is None:  # price it, so every plan in the report has a predicted cost
+            p = replace(p, cost=_estimator(args).estimate(p))
+        plans.append(p)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(render(plans))
+    tmp.replace(out)
+    print(f"wrote {out} ({len(plans)} plan(s))")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="shardplan", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -285,6 +308,11 @@ def build_parser() -> argparse.ArgumentParser:
     val.set_defaults(func=_cmd_validate)
 
     sub.add_parser("searchers", help="list the searchers").set_defaults(func=_cmd_searchers)
+
+    rep = with_profile(sub.add_parser("report", help="self-contained HTML report of one or more plans"))
+    rep.add_argument("plans", nargs="+")
+    rep.add_argument("-o", "--out", default="out/report.html")
+    rep.set_defaults(func=_cmd_report)
 
     dmp = sub.add_parser("train-dmp", help="train a DLRM with TorchRec DistributedModelParallel sharded by a "
                                            "plan (one process per rank); report samples/s and the loss")

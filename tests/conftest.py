@@ -4,6 +4,14 @@ import copy
 
 import pytest
 
+from shardplan.cost.collect import collect_compute
+from shardplan.cost.model import NeuralCostModel
+from shardplan.cost.profiles import get_profile
+from shardplan.cost.specs import specs_from_json
+from shardplan.domain import Table
+
+POOL = [Table(f"p{i}", 300 * (i + 1), 16, 1.0 + i, 0.2 * i) for i in range(8)]
+
 TASK = {
     "format": "shardplan/task@1",
     "name": "tiny",
@@ -43,3 +51,15 @@ def plan_dict(task_dict: dict) -> dict:
                 {"rank": 1, "row_offset": 0, "num_rows": 2000, "col_offset": 16, "num_cols": 16}]},
         ],
     }
+
+
+@pytest.fixture(scope="session")
+def model_path(tmp_path_factory):
+    """A small compute model trained here on real kernel timings (the tests' cost model)."""
+    d = tmp_path_factory.mktemp("model")
+    df = collect_compute(get_profile("cpu-2c"), POOL, d / "c.parquet", 12, repeats=2, warmup=1)
+    sets = [specs_from_json(s) for s in df["shards"]]
+    model = NeuralCostModel("cpu-2c", epochs=20, hidden=16, code=8).fit(
+        sets, df["fwd_ms"].to_numpy(), df["bwd_ms"].to_numpy(), progress=False)
+    model.save(d / "model.json", {"optimizers": ["sgd"]})
+    return d / "model.json"

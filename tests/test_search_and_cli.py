@@ -4,29 +4,16 @@ import json
 import pytest
 
 from shardplan.cli import main
-from shardplan.cost.collect import collect_compute
 from shardplan.cost.estimator import PlanEstimator, comm_model_for
 from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile
-from shardplan.cost.specs import specs_from_json
 from shardplan.domain import Table
 from shardplan.errors import InfeasibleError
 from shardplan.formats import load_plan, load_task
 from shardplan.search import get_searcher
 from shardplan.validate import plan_problems
 
-POOL = [Table(f"p{i}", 300 * (i + 1), 16, 1.0 + i, 0.2 * i) for i in range(8)]
 
-
-@pytest.fixture(scope="module")
-def model_path(tmp_path_factory):
-    d = tmp_path_factory.mktemp("model")
-    df = collect_compute(get_profile("cpu-2c"), POOL, d / "c.parquet", 12, repeats=2, warmup=1)
-    sets = [specs_from_json(s) for s in df["shards"]]
-    model = NeuralCostModel("cpu-2c", epochs=20, hidden=16, code=8).fit(
-        sets, df["fwd_ms"].to_numpy(), df["bwd_ms"].to_numpy(), progress=False)
-    model.save(d / "model.json", {"optimizers": ["sgd"]})
-    return d / "model.json"
 
 
 @pytest.fixture
