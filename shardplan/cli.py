@@ -37,6 +37,20 @@ def _cmd_collect_compute(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_collect_ranks(args: argparse.Namespace) -> int:
+    from .cost.collect_ranks import collect_plan_ranks
+    from .cost.profiles import get_profile
+
+    profile = get_profile(args.profile)
+    paths = sorted(Path(args.suite).glob("*.json"))
+    if not paths:
+        raise InputError("--suite", f"no task files in {args.suite}")
+    out = Path(args.out) if args.out else profile.dir / "compute-ranks.parquet"
+    df = collect_plan_ranks(profile, paths, args.searchers.split(","), _estimator(args), out)
+    print(f"{out}: {int((df['source'] == 'plan-rank').sum())} rank samples")
+    return 0
+
+
 def _cmd_collect_comm(args: argparse.Namespace) -> int:
     import datetime as dt
 
@@ -64,6 +78,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     meta = train_and_report(get_profile(args.profile), epochs=args.epochs, seed=args.seed)
     print(report_markdown(meta))
+    return 0
+
+
+def _cmd_train_policy(args: argparse.Namespace) -> int:
+    from .cost.profiles import get_profile
+    from .search.rl import train_policy
+
+    out = Path(args.out) if args.out else get_profile(args.profile).dir / "rl-policy.json"
+    meta = train_policy(_estimator(args), out, updates=args.updates, seed=args.seed)
+    print(f"wrote {out}: predicted cost over lower bound {meta['cost_over_bound_first_last'][0]} "
+          f"(first updates) -> {meta['cost_over_bound_first_last'][1]} (last)")
     return 0
 
 
@@ -356,6 +381,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=0)
     train.set_defaults(func=_cmd_train)
 
+    tp = with_profile(sub.add_parser("train-policy", help="train the rl searcher's placement policy against "
+                                                          "the cost model (resumable)"))
+    tp.add_argument("--updates", type=int, default=300)
+    tp.add_argument("--seed", type=int, default=0)
+    tp.add_argument("--out", help="default data/profiles/<profile>/rl-policy.json")
+    tp.set_defaults(func=_cmd_train_policy)
+
     mt = with_profile(sub.add_parser("make-tasks", help="generate a benchmark task suite"), model=False)
     mt.add_argument("--suite", default="cpu-bench")
     mt.add_argument("--count", type=int, default=30)
@@ -382,6 +414,13 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute.parquet, "
                                   "compute-large.parquet when --max-shards > 15)")
     cc.set_defaults(func=_cmd_collect_compute)
+    cr = with_profile(csub.add_parser("ranks", help="plan a suite with several searchers and time every rank "
+                                                    "(whole-rank samples; resumable)"))
+    cr.add_argument("--suite", default="data/tasks/cpu-train")
+    cr.add_argument("--searchers", default="neuroshard,neuroshard-tw,greedy-cost,torchrec,greedy-lookup,"
+                                           "greedy-size,round-robin,random")
+    cr.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute-ranks.parquet)")
+    cr.set_defaults(func=_cmd_collect_ranks)
     cm = with_profile(csub.add_parser("comm", help="measure gloo all-to-all and fit the comm model"),
                       model=False)
     cm.add_argument("--world-sizes", default="2,3,4")

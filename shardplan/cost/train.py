@@ -1,7 +1,8 @@
 """Training the compute-cost model from committed data, and reporting its accuracy.
 
 ``shardplan train`` = :func:`train_and_report`: load the profile's
-``compute.parquet``, divide each sample's times by the machine's slowdown while
+``compute.parquet`` (and ``compute-ranks.parquet``, whole ranks of real plans,
+when present; held out by task), divide each sample's times by the machine's slowdown while
 it was taken (read off the reference workload timed beside it), split it deterministically (a sample is held out when a
 hash of its seed and index falls in the last 15%), fit the neural model and the
 two baselines on the training part, score all three on the held-out part and
@@ -27,6 +28,9 @@ from .profiles import Profile
 from .specs import ShardSpec, specs_from_json
 
 HOLDOUT_FRACTION = 0.15
+# Whole-rank samples of real plans are fewer than the random sets but are the population the
+# searchers ask about; each counts this many times in training.
+RANK_SAMPLE_WEIGHT = 3
 
 
 REFERENCE_PERCENTILE = 5
@@ -37,10 +41,13 @@ def reference_nominal(df: pd.DataFrame) -> float:
     return float(np.percentile(np.concatenate([df["ref_before_ms"], df["ref_after_ms"]]), REFERENCE_PERCENTILE))
 
 
-def load_sets(path: Path, nominal: float | None = None
+def load_sets(path: Path, nominal: float | None = None, source: str | None = None
               ) -> tuple[list[list[ShardSpec]], np.ndarray, np.ndarray, pd.DataFrame]:
-    """Shard sets and their fwd/bwd ms; with ``nominal``, divided by each sample's slowdown."""
+    """Shard sets and their fwd/bwd ms; with ``nominal``, divided by each sample's slowdown.
+    ``source`` keeps only the rows of that source (e.g. ``plan-rank``)."""
     df = pd.read_parquet(path)
+    if source is not None:
+        df = df[df["source"] == source].reset_index(drop=True)
     sets = [specs_from_json(s) for s in df["shards"]]
     fwd, bwd = df["fwd_ms"].to_numpy(), df["bwd_ms"].to_numpy()
     if nominal is not None:
@@ -74,7 +81,20 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     hold = np.array([is_holdout(s, i) for s, i in zip(df["seed"], df["sample"])])
     tr = np.flatnonzero(~hold)
     te = np.flatnonzero(hold)
-    pick = lambda idx: [sets[i] for i in idx]  # noqa: E731
+    pick = lambda idx, from_=sets: [from_[i] for i in idx]  # noqa: E731
+    train_sets, train_f, train_b = pick(tr), fwd[tr], bwd[tr]
+
+    ranks_path = data_dir / "compute-ranks.parquet"
+    rank_split = None
+    if ranks_path.exists():  # whole ranks of real plans; held out by task
+        rsets, rf, rb, rdf = load_sets(ranks_path, nominal, source="plan-rank")
+        rhold = np.array([is_holdout(s, i) for s, i in zip(rdf["seed"], rdf["sample"])])
+        rtr, rte = np.flatnonzero(~rhold), np.flatnonzero(rhold)
+        train_sets = train_sets + pick(rtr, rsets) * RANK_SAMPLE_WEIGHT
+        train_f = np.concatenate([train_f] + [rf[rtr]] * RANK_SAMPLE_WEIGHT)
+        train_b = np.concatenate([train_b] + [rb[rtr]] * RANK_SAMPLE_WEIGHT)
+        rank_split = (pick(rte, rsets), rf[rte], rb[rte])
+        rank_counts = (len(rtr), len(rte), int(rdf.loc[rtr, "task"].nunique()), int(rdf.loc[rte, "task"].nunique()))
 
     models = {
         "neural": NeuralCostModel(profile=profile.name, epochs=epochs, seed=seed),
@@ -83,13 +103,15 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     }
     for name, m in models.items():
         if isinstance(m, NeuralCostModel):
-            m.fit(pick(tr), fwd[tr], bwd[tr], progress=progress)
+            m.fit(train_sets, train_f, train_b, progress=progress)
         else:
-            m.fit(pick(tr), fwd[tr], bwd[tr])
+            m.fit(train_sets, train_f, train_b)
 
     evals: dict[str, dict[str, Any]] = {}
     splits = {"holdout": (pick(te), fwd[te], bwd[te]),
               "holdout, raw labels (machine drift left in)": (pick(te), raw_f[te], raw_b[te])}
+    if rank_split is not None:
+        splits["holdout plan ranks (whole ranks of real plans, tasks not trained on)"] = rank_split
     large_path = data_dir / "compute-large.parquet"
     if large_path.exists():
         lsets, lf, lb, _ = load_sets(large_path, nominal)
@@ -101,9 +123,13 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     neural = models["neural"]
     meta = {
         "profile": profile.name,
-        "trained_on": f"data/profiles/{profile.name}/compute.parquet" if data_dir == profile.dir
-                      else str(data_dir / "compute.parquet"),
+        "trained_on": (f"data/profiles/{profile.name}/compute.parquet" if data_dir == profile.dir
+                       else str(data_dir / "compute.parquet"))
+                      + (" + compute-ranks.parquet" if rank_split is not None else ""),
         "train_samples": int(len(tr)), "holdout_samples": int(len(te)),
+        **({"train_rank_samples": rank_counts[0], "holdout_rank_samples": rank_counts[1],
+            "train_rank_tasks": rank_counts[2], "holdout_rank_tasks": rank_counts[3],
+            "rank_sample_weight": RANK_SAMPLE_WEIGHT} if rank_split is not None else {}),
         "train_num_shards": [int(df["num_shards"].min()), int(df["num_shards"].max())],
         "data_stamp": {k: sorted(map(str, df[k].unique()))[:3] for k in
                        ("cpu_model", "cpu_cores", "torch", "fbgemm_gpu", "threads", "optimizer")},
@@ -130,7 +156,10 @@ def report_markdown(meta: dict[str, Any]) -> str:
     lines = [f"# Compute-cost model report: profile `{meta['profile']}`", "",
              f"Trained by `{meta['command']}` on {meta['train_samples']} real FBGEMM samples of "
              f"`{meta['trained_on']}` (sets of {meta['train_num_shards'][0]} to "
-             f"{meta['train_num_shards'][1]} shards); date {meta['date']}.",
+             f"{meta['train_num_shards'][1]} shards); date {meta['date']}."
+             + (f" Plus {meta['train_rank_samples']} whole ranks of real plans of {meta['train_rank_tasks']} "
+                f"tasks (each counted {meta['rank_sample_weight']} times); the ranks of "
+                f"{meta['holdout_rank_tasks']} other tasks are held out." if "train_rank_samples" in meta else ""),
              "All targets are measured kernel times; every figure below compares a model's "
              "prediction with them. Labels: " + meta["labels"] + ". The raw-label split shows the same "
              "held-out sets against the undivided times.", ""]

@@ -1,0 +1,87 @@
+"""Whole-rank cost data: the ranks of real plans, timed on real FBGEMM kernels.
+
+Random shard sets (:mod:`shardplan.cost.collect`) teach the model what single
+shards and small mixes cost; a planner's ranks are another population: more
+shards, more memory, the mixes that searchers actually build. DreamShard's
+remedy is to measure the plans that searchers produce and learn from them too.
+:func:`collect_plan_ranks` plans every task of a suite with several searchers
+and times every rank exactly as the random collector times a sample (the
+reference workload just before and after, the profile's protocol), appending
+rows of the same shape to ``data/profiles/<profile>/compute-ranks.parquet``
+(``source = "plan-rank"``, plus ``task``, ``searcher`` and ``rank``).
+
+All ranks of a task share one ``sample`` number, so the train/held-out split
+(:func:`shardplan.cost.train.is_holdout`) holds out whole tasks. Resumable:
+(task, searcher) pairs already in the file are skipped.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import zlib
+from pathlib import Path
+
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from ..errors import InputError
+from ..formats import load_task
+from .collect import _stamp
+from .estimator import PlanEstimator
+from .kernel import time_reference, time_specs
+from .profiles import Profile, load1
+from .specs import rank_specs, specs_to_json
+
+RANKS_SEED = 7  # the `seed` column of plan-rank rows (random samples use the collector's seeds)
+
+
+def task_sample(task_name: str) -> int:
+    return zlib.crc32(task_name.encode()) & 0x7FFFFFFF
+
+
+def collect_plan_ranks(profile: Profile, task_paths: list[Path], searchers: list[str], estimator: PlanEstimator,
+                       out: Path, optimizer: str = "sgd") -> pd.DataFrame:
+    from ..search import get_searcher
+
+    if profile.device == "cpu" and profile.threads:
+        torch.set_num_threads(profile.threads)
+    existing = pd.read_parquet(out) if out.exists() else pd.DataFrame()
+    done = set(zip(existing["task"], existing["searcher"])) if len(existing) else set()
+    todo = [(p, s) for p in task_paths for s in searchers]
+    stamp = _stamp(profile, optimizer, "fp32")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for path, searcher in tqdm(todo, desc=f"collect plan ranks [{profile.name}]"):
+        task = load_task(path)
+        if (task.name, searcher) in done:
+            continue
+        if task.optimizer != optimizer:
+            raise InputError(str(path), f"optimizer {task.optimizer!r} differs from --optimizer {optimizer!r}")
+        try:
+            plan = get_searcher(searcher).plan(task, estimator, seed=0)
+        except InputError:  # infeasible for this searcher: nothing to time
+            rows = [{"task": task.name, "searcher": searcher, "rank": -1, "source": "plan-rank-infeasible"}]
+        else:
+            rows = []
+            for rank, specs in enumerate(rank_specs(plan)):
+                if not specs:
+                    continue
+                before = load1()
+                ref_before = time_reference(profile.device)
+                t = time_specs(specs, task.optimizer, task.dtype, profile.device, id_seed=task_sample(task.name) + rank,
+                               warmup=profile.warmup, repeats=profile.repeats)
+                ref_after = time_reference(profile.device)
+                rows.append({"seed": RANKS_SEED, "sample": task_sample(task.name), "source": "plan-rank",
+                             "task": task.name, "searcher": searcher, "rank": rank, "num_shards": len(specs),
+                             "batch_size": max(s.batch_size for s in specs), "shards": specs_to_json(specs),
+                             "fwd_ms": t.fwd_ms, "bwd_ms": t.bwd_ms,
+                             "fwd_samples_ms": list(t.fwd_samples_ms), "bwd_samples_ms": list(t.bwd_samples_ms),
+                             "warmup": profile.warmup, "repeats": profile.repeats,
+                             "ref_before_ms": ref_before, "ref_after_ms": ref_after,
+                             "load1_before": before, "load1_after": load1(),
+                             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), **stamp})
+        existing = pd.concat([existing, pd.DataFrame(rows)], ignore_index=True)
+        tmp = out.with_suffix(".parquet.tmp")  # after every plan, so a stop loses at most one
+        existing.to_parquet(tmp, index=False)
+        os.replace(tmp, out)
+    return existing

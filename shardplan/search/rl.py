@@ -1,0 +1,192 @@
+"""The reinforcement-learning searcher (``rl``): a placement policy trained against the cost model.
+
+As in AutoShard (KDD'22) and DreamShard (NeurIPS'22), the policy never touches
+the hardware while it learns: episodes run in :class:`~shardplan.search.rl_env.PlacementEnv`,
+whose costs come from the learned cost model. The network scores every rank
+from its feature row with a shared MLP plus a mean-pooled context (a DeepSets
+encoder), so it takes any number of ranks and, placing one table per step,
+any number of tables. Training is REINFORCE with a shared baseline: each task
+is rolled out ``rollouts`` times and each rollout's advantage is its reward
+minus their mean (POMO's baseline). Training tasks come from one half of the
+Meta-like pool (even table indices); the other half is kept for evaluation.
+
+Planning (``--searcher rl``) decodes greedily and, with ``samples > 0``, also
+samples that many plans, keeping the best by predicted cost; then the grid
+search's local improvement polishes it. A 60-table task is one forward pass
+per table.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from ..cost.estimator import PlanEstimator
+from ..cost.profiles import get_profile
+from ..domain import TableSharding, Task
+from ..errors import InfeasibleError, InputError
+from .base import Searcher, register
+from .neuroshard import _require_incremental
+from .rl_env import RANK_FEATURES, PlacementEnv
+
+POLICY_FORMAT = "shardplan/rl-policy@1"
+
+
+class PolicyNet(nn.Module):
+    """Logits over ranks from per-rank features ``[world, F]`` (permutation-equivariant in ranks)."""
+
+    def __init__(self, n_features: int = len(RANK_FEATURES), hidden: int = 64) -> None:
+        super().__init__()
+        self.phi = nn.Sequential(nn.Linear(n_features, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU())
+        self.head = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.SiLU(), nn.Linear(hidden, 1))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        h = self.phi(x)
+        ctx = (h * mask[:, None]).sum(0, keepdim=True) / mask.sum().clamp(min=1)
+        logits = self.head(torch.cat([h, ctx.expand_as(h)], dim=1)).squeeze(1)
+        return logits.masked_fill(~mask, float("-inf"))
+
+
+def rollout(env: PlacementEnv, net: PolicyNet, mode: str, rng: np.random.Generator | None = None
+            ) -> tuple[float, torch.Tensor | None]:
+    """Run one episode: ``greedy`` (argmax), ``sample`` (no gradient) or ``train`` (returns Σ log π)."""
+    env.reset()
+    logp = []
+    while not env.done:
+        feats, mask = env.observe()
+        with torch.set_grad_enabled(mode == "train"):
+            logits = net(torch.from_numpy(feats), torch.from_numpy(mask))
+        if mode == "greedy":
+            a = int(torch.argmax(logits))
+        else:
+            p = torch.softmax(logits, 0)
+            a = int(rng.choice(len(p), p=p.detach().double().numpy() / float(p.detach().double().sum())))
+            if mode == "train":
+                logp.append(torch.log(p[a] + 1e-12))
+        env.step(a)
+    return env.plan_cost(), (torch.stack(logp).sum() if logp else None)
+
+
+def save_policy(net: PolicyNet, path: Path, metadata: dict[str, Any]) -> None:
+    state = {"format": POLICY_FORMAT, "features": list(RANK_FEATURES), "hidden": net.head[0].out_features,
+             "state_dict": {k: v.tolist() for k, v in net.state_dict().items()}, "metadata": metadata}
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(state))
+    tmp.replace(path)
+
+
+def load_policy(path: Path, profile: str | None = None) -> tuple[PolicyNet, dict[str, Any]]:
+    try:
+        state = json.loads(Path(path).read_text())
+        if state.get("format") != POLICY_FORMAT:
+            raise ValueError(f"format is {state.get('format')!r}, expected {POLICY_FORMAT!r}")
+        if state["features"] != list(RANK_FEATURES):
+            raise ValueError("its features differ from this shardplan version's")
+        net = PolicyNet(len(RANK_FEATURES), state["hidden"])
+        net.load_state_dict({k: torch.tensor(v) for k, v in state["state_dict"].items()})
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
+        raise InputError(str(path), f"not a usable RL policy: {e}", "retrain it with `shardplan train-policy`") from None
+    meta = state.get("metadata", {})
+    if profile is not None and meta.get("profile") != profile:
+        raise InputError(str(path), f"was trained for profile {meta.get('profile')!r}, not {profile!r}",
+                         "train a policy for this profile with `shardplan train-policy`")
+    net.eval()
+    return net, meta
+
+
+@register
+class RLSearcher(Searcher):
+    name = "rl"
+    description = ("placement policy trained by REINFORCE against the learned cost model (DreamShard-style); "
+                   "greedy decoding plus sampled plans, best by predicted cost, locally polished")
+
+    def __init__(self, samples: int = 8, policy_path: str | Path | None = None) -> None:
+        if samples < 0:
+            raise InputError("samples", f"must be >= 0, got {samples}")
+        self.samples, self.policy_path = samples, policy_path
+
+    def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]:
+        _require_incremental(estimator)
+        path = Path(self.policy_path) if self.policy_path else get_profile(estimator.profile).dir / "rl-policy.json"
+        if not path.exists():
+            raise InputError(str(path), "no RL policy for this profile",
+                             f"run `shardplan train-policy --profile {estimator.profile}`")
+        net, _ = load_policy(path, estimator.profile)
+        env = PlacementEnv(task, estimator)
+        rng = np.random.default_rng(seed)
+        best: tuple[float, list[TableSharding]] | None = None
+        for k in range(1 + self.samples):
+            rollout(env, net, "greedy" if k == 0 else "sample", rng)
+            if env.overflowed:
+                continue
+            env.refine()
+            cost = env.plan_cost()
+            if best is None or cost < best[0]:
+                best = (cost, env.tables())
+        if best is None:
+            raise InfeasibleError("task", f"the policy's plans ({1 + self.samples}) all overflow a rank's memory",
+                                  "use a packing searcher (neuroshard, greedy-size) or raise memory_per_rank_gb")
+        return best[1]
+
+
+def train_policy(estimator: PlanEstimator, out: Path, updates: int = 300, tasks_per_update: int = 8,
+                 rollouts: int = 4, lr: float = 1e-3, seed: int = 0, progress: bool = True,
+                 checkpoint_every: int = 20) -> dict[str, Any]:
+    """REINFORCE on random tasks from the training half of the Meta-like pool; resumable from ``out``.ckpt."""
+    from ..pools import load_pool
+    from ..taskgen import generate_task
+
+    profile = get_profile(estimator.profile)
+    pool = load_pool("meta_synthetic")
+    train_pool = pool[0::2]  # even indices; the odd half is for evaluating transfer
+    torch.manual_seed(seed)
+    net = PolicyNet()
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    ckpt = out.with_suffix(".ckpt")
+    start, history = 0, []
+    if ckpt.exists():
+        state = torch.load(ckpt, weights_only=False)
+        net.load_state_dict(state["net"])
+        opt.load_state_dict(state["opt"])
+        start, history = state["update"], state["history"]
+    bar = tqdm(range(start, updates), desc="train rl policy", initial=start, total=updates, disable=not progress)
+    for u in bar:
+        rng = np.random.default_rng([seed, u])  # per update, so a resumed run draws what an unbroken one would
+        loss = torch.zeros(())
+        ratios = []
+        for k in range(tasks_per_update):
+            task = generate_task(rng, train_pool, f"rl-train-{u}-{k}", profile, num_tables=(10, 60))
+            try:
+                env = PlacementEnv(task, estimator)
+            except InputError:
+                continue
+            lower = env.scale  # sum of solo predicted costs / ranks: no plan's compute is much below it
+            results = [rollout(env, net, "train", rng) for _ in range(rollouts)]
+            rewards = torch.tensor([-c / lower for c, _ in results])
+            adv = rewards - rewards.mean()
+            loss = loss - sum(a * lp for a, (_, lp) in zip(adv, results) if lp is not None) / (rollouts * tasks_per_update)
+            ratios.append(float(-rewards.mean()))
+        opt.zero_grad()
+        if loss.requires_grad:
+            loss.backward()
+            nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+            opt.step()
+        history.append(float(np.mean(ratios)) if ratios else float("nan"))
+        bar.set_postfix(cost_over_bound=f"{history[-1]:.3f}")
+        if (u + 1) % checkpoint_every == 0 or u + 1 == updates:
+            torch.save({"net": net.state_dict(), "opt": opt.state_dict(), "update": u + 1, "history": history}, ckpt)
+    meta = {"profile": profile.name, "cost_model": estimator.compute_name, "updates": updates,
+            "tasks_per_update": tasks_per_update, "rollouts": rollouts, "lr": lr, "seed": seed,
+            "train_pool": "meta_synthetic, even table indices (odd half held out)",
+            "cost_over_bound_first_last": [round(float(np.mean(history[:10])), 4),
+                                           round(float(np.mean(history[-10:])), 4)],
+            "command": f"shardplan train-policy --profile {profile.name} --updates {updates} --seed {seed}",
+            "date": _dt.date.today().isoformat()}
+    save_policy(net, out, meta)
+    return meta

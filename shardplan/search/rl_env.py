@@ -1,0 +1,122 @@
+"""The placement environment the RL searcher learns in (AutoShard / DreamShard style).
+
+An episode places a task's units (whole tables; tables too large for one rank
+are split row-wise first, as the NeuroShard searchers do) one at a time, in
+descending order of predicted cost. The observation for a step is one feature
+row per rank, built from the learned cost model: the rank's predicted cost now
+and if it takes the unit (the fused-kernel prediction, via the model's
+incremental sums), its memory and summed dims (what its all-to-all moves)
+after taking it, and the unit's own size. Every feature is a ratio to the
+task's own scale, so one policy serves any number of tables and ranks and any
+batch size. Ranks the unit would overflow are masked. At the end the reward is
+minus the predicted plan cost (compute + comm) over a lower bound.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..cost.estimator import PlanEstimator
+from ..domain import Plan, Shard, TableSharding, Task
+from ..memory import GB, shard_bytes
+from .neuroshard import Unit, _initial_state, _materialise, _Placer
+
+RANK_FEATURES = ("cost_now", "cost_after", "after_minus_max_now", "after_minus_min_after", "mem_after",
+                 "dims_after", "count_after", "unit_cost", "unit_mem", "progress")
+
+
+class PlacementEnv:
+    """One task's placement episode over the predicted costs of ``estimator``."""
+
+    def __init__(self, task: Task, estimator: PlanEstimator) -> None:
+        self.task = task
+        self.est = estimator
+        self.placer = _Placer(task, estimator)
+        units, self.fixed = _materialise(task, _initial_state(task, frozenset({"table_wise", "row_wise"})))
+        shards = [Shard(0, 0, u.table.num_embeddings, u.col_offset, u.num_cols) for u in units]
+        specs = [self.placer.spec(u.table, "table_wise", s) for u, s in zip(units, shards)]
+        codes, times = self.placer.encode(specs) if units else (np.zeros((0, 1)), np.zeros((0, 2)))
+        solo = times.sum(axis=1)
+        order = sorted(range(len(units)), key=lambda i: (-solo[i], units[i].table.name))
+        self.units: list[Unit] = [units[i] for i in order]
+        self.codes, self.times, self.solo = codes[order], times[order], solo[order]
+        self.need = np.array([shard_bytes(task, u.table, "table_wise", shards[i]) for i, u in
+                              zip(order, self.units)], dtype=float)
+        self.world = task.topology.world_size
+        self.cap = task.topology.memory_per_rank_gb * GB
+        self.scale = max(float(self.solo.sum()) / self.world, 1e-6)  # the ideal per-rank compute
+        self.dim_scale = max(sum(u.num_cols for u in self.units) / self.world, 1.0)
+        self.reset()
+
+    def reset(self) -> "PlacementEnv":
+        code_dim = self.codes.shape[1] if len(self.codes) else 1
+        self.code_sum = np.zeros((self.world, code_dim), np.float32)
+        self.time_sum = np.zeros((self.world, 2), np.float32)
+        self.count = np.zeros(self.world, np.float32)
+        self.mem = np.zeros(self.world)
+        self.dims = np.zeros(self.world)
+        model = self.placer.model
+        for ts in self.fixed:  # row-wise slices are on every rank before the episode starts
+            t = self.task.table(ts.name)
+            for sh in ts.shards:
+                c, tm = self.placer.encode([self.placer.spec(t, ts.sharding_type, sh)])
+                self.code_sum[sh.rank] += c[0]
+                self.time_sum[sh.rank] += tm[0]
+                self.count[sh.rank] += 1
+                self.mem[sh.rank] += shard_bytes(self.task, t, ts.sharding_type, sh)
+                self.dims[sh.rank] += sh.num_cols
+        self.rank_ms = model.combine(self.code_sum, self.time_sum, self.count).sum(axis=1)
+        self.where = np.full(len(self.units), -1)
+        self.step_index = 0
+        self.overflowed = False
+        return self
+
+    @property
+    def done(self) -> bool:
+        return self.step_index >= len(self.units)
+
+    def observe(self) -> tuple[np.ndarray, np.ndarray]:
+        """Features ``[world, len(RANK_FEATURES)]`` for placing the next unit, and the feasible-rank mask."""
+        i = self.step_index
+        after = self.placer.model.combine(self.code_sum + self.codes[i], self.time_sum + self.times[i],
+                                          self.count + 1).sum(axis=1)
+        mask = self.mem + self.need[i] <= self.cap
+        if not mask.any():  # earlier steps packed badly: let it overflow the emptiest rank, and penalise
+            self.overflowed = True
+            mask = self.mem == self.mem.min()
+        s = self.scale
+        n = len(self.units)
+        feats = np.stack([
+            self.rank_ms / s, after / s, (after - self.rank_ms.max()) / s, (after - after[mask].min()) / s,
+            (self.mem + self.need[i]) / self.cap, (self.dims + self.units[i].num_cols) / self.dim_scale,
+            (self.count + 1) / (n / self.world), np.full(self.world, self.solo[i] / s),
+            np.full(self.world, self.need[i] / self.cap), np.full(self.world, i / n)], axis=1)
+        self._after = after
+        return feats.astype(np.float32), mask
+
+    def step(self, rank: int) -> None:
+        i = self.step_index
+        self.code_sum[rank] += self.codes[i]
+        self.time_sum[rank] += self.times[i]
+        self.count[rank] += 1
+        self.mem[rank] += self.need[i]
+        self.dims[rank] += self.units[i].num_cols
+        self.rank_ms[rank] = self._after[rank]
+        self.where[i] = rank
+        self.step_index += 1
+
+    def tables(self) -> list[TableSharding]:
+        return list(self.fixed) + [
+            TableSharding(u.table.name, "table_wise", (Shard(int(r), 0, u.table.num_embeddings, 0, u.num_cols),))
+            for u, r in zip(self.units, self.where)]
+
+    def plan_cost(self) -> float:
+        """The finished plan's predicted cost (slowest rank's compute + comm), ms; doubled when the
+        episode overflowed a rank's memory (such a plan is never returned, only learned from)."""
+        cost = self.est.estimate(Plan(task=self.task, tables=tuple(self.tables()))).max_ms
+        return 2.0 * cost if self.overflowed else cost
+
+    def refine(self) -> None:
+        """The grid search's local improvement: move tables off the predicted-slowest rank while it helps."""
+        if len(self.units):
+            self.placer._refine(self.units, self.where, self.codes, self.times, self.need, self.code_sum,
+                                self.time_sum, self.count, self.mem)

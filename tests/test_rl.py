@@ -1,0 +1,71 @@
+"""The rl searcher: environment, policy training (seeded, resumable) and planning."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from shardplan.cost.estimator import PlanEstimator, comm_model_for
+from shardplan.cost.model import NeuralCostModel
+from shardplan.cost.profiles import get_profile
+from shardplan.errors import InputError
+from shardplan.formats import load_task
+from shardplan.search.rl import RLSearcher, load_policy, train_policy
+from shardplan.search.rl_env import RANK_FEATURES, PlacementEnv
+from shardplan.validate import validate_plan
+
+
+@pytest.fixture(scope="module")
+def estimator(model_path):
+    return PlanEstimator(NeuralCostModel.load(model_path), comm_model_for(get_profile("cpu-2c")), "cpu-2c", "test")
+
+
+@pytest.fixture(scope="module")
+def policy(estimator, tmp_path_factory):
+    out = tmp_path_factory.mktemp("rl") / "policy.json"
+    train_policy(estimator, out, updates=4, tasks_per_update=2, rollouts=2, progress=False, checkpoint_every=2)
+    return out
+
+
+def test_env_masks_full_ranks_and_features_are_scale_free(estimator, task_dict) -> None:
+    env = PlacementEnv(load_task(task_dict), estimator)
+    feats, mask = env.observe()
+    assert feats.shape == (2, len(RANK_FEATURES)) and mask.all()
+    env.mem[0] = env.cap  # rank 0 is full
+    assert env.observe()[1].tolist() == [False, True]
+    bigger = dict(task_dict, batch_size_per_rank=task_dict["batch_size_per_rank"] * 8)
+    f2, _ = PlacementEnv(load_task(bigger), estimator).observe()
+    assert np.all(np.abs(f2) < 50) and np.all(np.abs(feats) < 50)
+
+
+def test_rl_plans_are_valid_and_deterministic(estimator, policy, task_dict) -> None:
+    task = load_task(task_dict)
+    a = RLSearcher(samples=4, policy_path=policy).plan(task, estimator, seed=1)
+    b = RLSearcher(samples=4, policy_path=policy).plan(task, estimator, seed=1)
+    validate_plan(a)
+    assert a.tables == b.tables and a.search["searcher"] == "rl"
+
+
+def test_training_resumes_to_the_same_policy(estimator, policy, tmp_path) -> None:
+    out = tmp_path / "p.json"
+    train_policy(estimator, out, updates=2, tasks_per_update=2, rollouts=2, progress=False, checkpoint_every=2)
+    train_policy(estimator, out, updates=4, tasks_per_update=2, rollouts=2, progress=False, checkpoint_every=2)
+    resumed, _ = load_policy(out)
+    straight, meta = load_policy(policy)
+    for (k, v), (_, w) in zip(resumed.state_dict().items(), straight.state_dict().items()):
+        assert torch.allclose(v, w), k
+    assert meta["profile"] == "cpu-2c" and "train-policy" in meta["command"]
+
+
+def test_corrupt_or_foreign_policy_is_a_clear_error(policy, tmp_path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(InputError, match="not a usable RL policy"):
+        load_policy(bad)
+    state = json.loads(policy.read_text())
+    state["metadata"]["profile"] = "h100"
+    (tmp_path / "h100.json").write_text(json.dumps(state))
+    with pytest.raises(InputError, match="trained for profile 'h100'"):
+        load_policy(tmp_path / "h100.json", "cpu-2c")
