@@ -110,7 +110,7 @@ def _cmd_make_tasks(args: argparse.Namespace) -> int:
         lo, hi = (int(x) for x in args.tables.split(","))
         task = generate_task(rng, pool, name, profile, num_tables=(lo, hi),
                              world_sizes=tuple(int(w) for w in args.world_sizes.split(",")),
-                             oversize=oversize)
+                             oversize=oversize, batch_size_per_rank=args.batch_size_per_rank)
         save_task(task, out / f"{task.name}.json")
     print(f"{args.count} tasks in {out}")
     return 0
@@ -397,6 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
     mt.add_argument("--world-sizes", default="2,4,8")
     mt.add_argument("--oversize-every", type=int, default=6,
                     help="every N-th task has a table larger than one rank (0: none)")
+    mt.add_argument("--batch-size-per-rank", type=int, help="default: sized so one CPU rank measures in ~1 s")
     mt.add_argument("--out", default="data/tasks/cpu-bench")
     mt.set_defaults(func=_cmd_make_tasks)
 

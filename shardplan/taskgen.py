@@ -7,7 +7,8 @@ times a slack in [1.15, 1.6], but never below the largest table (except in
 ``oversize`` tasks: 8 ranks, 10 to 24 tables, one of them 1M x 128 and larger
 than a rank's memory, so that it must be split by rows). For a profile whose cost data covers smaller tables
 (``cpu-2c``: 1M rows), row counts are capped at the profile's ``max_rows``, and
-the batch is chosen so that one rank's measurement takes about a second.
+the batch is chosen so that one rank's measurement takes about a second
+(GPU suites give their own, realistic, batch size instead).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ TARGET_RANK_LOOKUP_FLOATS = 1.2e7
 
 def generate_task(rng: np.random.Generator, pool: list[Table], name: str, profile: Profile,
                   num_tables: tuple[int, int] = (10, 60), world_sizes: tuple[int, ...] = (2, 4, 8),
-                  oversize: bool = False) -> Task:
+                  oversize: bool = False, batch_size_per_rank: int | None = None) -> Task:
     if oversize:  # few tables over many ranks, so one big table can outgrow a rank
         num_tables, world_sizes = (10, 24), (8,)
     n = int(rng.integers(num_tables[0], num_tables[1] + 1))
@@ -40,7 +41,7 @@ def generate_task(rng: np.random.Generator, pool: list[Table], name: str, profil
         tables[0] = Table(big.name, profile.max_rows, 128, big.pooling_factor, big.zipf_alpha)
     world = int(rng.choice(world_sizes))
     work = sum(t.pooling_factor * t.embedding_dim for t in tables)  # lookup floats per sample
-    batch = int(2 ** np.clip(np.round(np.log2(TARGET_RANK_LOOKUP_FLOATS / max(work, 1.0))), 6, 11))
+    batch = batch_size_per_rank or int(2 ** np.clip(np.round(np.log2(TARGET_RANK_LOOKUP_FLOATS / max(work, 1.0))), 6, 11))
     probe = Task(name=name, tables=tuple(tables), topology=Topology(world, world), batch_size_per_rank=batch)
     sizes = [table_bytes(probe, t) for t in tables]
     slack = float(rng.uniform(1.15, 1.6))

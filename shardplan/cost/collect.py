@@ -79,7 +79,14 @@ def random_sample(rng: np.random.Generator, pool: list[Table], profile: Profile,
 
 
 def _stamp(profile: Profile, optimizer: str, dtype: str) -> dict[str, object]:
-    return {"profile": profile.name, **machine_stamp(), **fbgemm_versions(),
+    gpu: dict[str, object] = {}
+    if profile.device == "cuda":  # the GPU, its driver and CUDA, beside the host
+        import subprocess
+
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True).stdout.strip()
+        gpu = {"gpu_name": torch.cuda.get_device_name(0), "cuda": torch.version.cuda, "driver": driver}
+    return {"profile": profile.name, **machine_stamp(), **gpu, **fbgemm_versions(),
             "threads": torch.get_num_threads(), "optimizer": optimizer, "dtype": dtype}
 
 

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Carry fbgemm-gpu to a GPU machine without internet, in independent parts.
+
+The GPU machines this project borrows have Python 3.12 and torch 2.11.0+cu130
+but no fbgemm and no network; a call to them carries at most 64 MiB. The
+matching build is ``fbgemm-gpu==1.6.0`` (CUDA 13): a 465 MB wheel, 2.37 GiB
+unpacked. This script (standard library only, so it runs on both machines):
+
+``pack``    downloads the wheel (on a machine with internet), unzips it, drops
+            the libraries that table-batched training with a fused optimizer
+            does not load (``--lean``; see LEAN_DROP), and writes the files as N
+            *independent* ``.tar.xz`` parts, each under ``--max-part-mib``, so
+            each part can be unpacked on arrival (a machine that goes cold
+            between calls loses nothing already unpacked).
+``unpack``  extracts parts into a target folder (Python's ``lzma``: no ``zstd``
+            or ``xz`` binary needed); idempotent, one marker per part.
+``check``   imports fbgemm_gpu from the target and runs one forward and
+            backward of ``SplitTableBatchedEmbeddingBagsCodegen`` with a fused
+            SGD on the GPU (on CPU when there is none, for the CPU build).
+
+    python scripts/gpu/fbgemm_parts.py pack --out build/fbgemm-parts
+    python scripts/gpu/fbgemm_parts.py unpack build/fbgemm-parts/part-*.tar.xz --target /tmp/fbgemm
+    PYTHONPATH=/tmp/fbgemm python scripts/gpu/fbgemm_parts.py check
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import lzma
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+WHEEL_SPEC = "fbgemm-gpu==1.6.0"
+# Libraries of fbgemm_gpu 1.6.0 that TBE training with a fused optimizer does not need (variable
+# batch, GWD, inference-only and dense-backward variants: about 1 GB unpacked). `check` is the
+# judge: if it fails with a lean package, pack without --lean.
+LEAN_DROP = ("vbe", "gwd", "_inference", "dense")
+
+
+def download(dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    found = sorted(dest.glob("fbgemm_gpu-1.6.0-*.whl"))
+    if not found:
+        subprocess.run([sys.executable, "-m", "pip", "download", WHEEL_SPEC, "--no-deps", "--only-binary", ":all:",
+                        "--python-version", "3.12", "--platform", "manylinux_2_28_x86_64", "-d", str(dest)],
+                       check=True)
+        found = sorted(dest.glob("fbgemm_gpu-1.6.0-*.whl"))
+    return found[0]
+
+
+def _dropped(name: str, lean: bool) -> bool:
+    base = name.rsplit("/", 1)[-1]
+    return lean and base.endswith(".so") and any(k in base for k in LEAN_DROP)
+
+
+def pack(members: dict[str, bytes], out: Path, max_part_mib: float, ratio_guess: float = 0.2) -> list[Path]:
+    """Write ``members`` (path -> bytes) as independent ``.tar.xz`` parts under ``max_part_mib``.
+
+    Files are dealt largest first to the part with the least estimated compressed
+    size; a part that comes out too large is split in two and written again.
+    """
+    limit = max_part_mib * 2**20
+    est_total = sum(len(b) for b in members.values()) * ratio_guess
+    n = max(1, int(est_total // (0.8 * limit)) + 1)
+    groups: list[list[str]] = [[] for _ in range(n)]
+    load = [0.0] * n
+    for name in sorted(members, key=lambda k: -len(members[k])):
+        i = load.index(min(load))
+        groups[i].append(name)
+        load[i] += len(members[name])
+    out.mkdir(parents=True, exist_ok=True)
+    written: list[tuple[list[str], bytes]] = []
+    while groups:
+        g = groups.pop()
+        if not g:
+            continue
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:xz", preset=9 | lzma.PRESET_EXTREME) as tar:
+            for name in sorted(g):
+                info = tarfile.TarInfo(name)
+                info.size = len(members[name])
+                info.mode = 0o755 if name.endswith(".so") else 0o644
+                tar.addfile(info, io.BytesIO(members[name]))
+        data = buf.getvalue()
+        if len(data) > limit and len(g) > 1:
+            groups += [g[0::2], g[1::2]]
+            continue
+        if len(data) > limit:
+            raise SystemExit(f"{g[0]} alone compresses to {len(data) / 2**20:.1f} MiB, over the part limit")
+        written.append((g, data))
+    paths = []
+    for k, (g, data) in enumerate(written):
+        p = out / f"part-{k:02d}.tar.xz"
+        p.write_bytes(data)
+        paths.append(p)
+    (out / "manifest.json").write_text(json.dumps({
+        "parts": [{"file": p.name, "bytes": p.stat().st_size, "files": len(g)} for p, (g, _) in zip(paths, written)],
+        "files": len(members), "unpacked_bytes": sum(len(b) for b in members.values())}, indent=2))
+    return paths
+
+
+def unpack(parts: list[Path], target: Path) -> None:
+    target.mkdir(parents=True, exist_ok=True)
+    for part in parts:
+        marker = target / f".unpacked-{part.name}"
+        if marker.exists():
+            continue
+        with tarfile.open(part, mode="r:xz") as tar:
+            tar.extractall(target, filter="data")
+        marker.write_text("ok\n")
+        print(f"unpacked {part.name} into {target}")
+
+
+def check() -> None:
+    import torch
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (ComputeDevice,
+                                                                        SplitTableBatchedEmbeddingBagsCodegen)
+
+    cuda = torch.cuda.is_available()
+    dev = torch.device("cuda" if cuda else "cpu")
+    loc = EmbeddingLocation.DEVICE if cuda else EmbeddingLocation.HOST
+    tbe = SplitTableBatchedEmbeddingBagsCodegen(
+        [(1000, 64, loc, ComputeDevice.CUDA if cuda else ComputeDevice.CPU)],
+        optimizer=EmbOptimType.EXACT_SGD, learning_rate=0.1, device=dev)
+    before = tbe.split_embedding_weights()[0].detach().clone()
+    ids = torch.randint(0, 1000, (256,), device=dev)
+    offsets = torch.arange(0, 257, 4, device=dev)[:65]
+    out = tbe(ids, offsets)
+    out.sum().backward()
+    changed = not torch.equal(before, tbe.split_embedding_weights()[0])
+    print(json.dumps({"fbgemm_gpu": __import__("fbgemm_gpu").__version__, "device": str(dev),
+                      "output": list(out.shape), "fused_sgd_updated_weights": changed}))
+    if not changed:
+        raise SystemExit("the fused optimizer did not update the weights")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("pack")
+    p.add_argument("--wheel-dir", default="build/wheels")
+    p.add_argument("--out", default="build/fbgemm-parts")
+    p.add_argument("--max-part-mib", type=float, default=60.0)
+    p.add_argument("--lean", action="store_true", help="drop libraries TBE training does not load")
+    u = sub.add_parser("unpack")
+    u.add_argument("parts", nargs="+", type=Path)
+    u.add_argument("--target", type=Path, default=Path("/tmp/fbgemm"))
+    sub.add_parser("check")
+    args = ap.parse_args()
+    if args.cmd == "pack":
+        wheel = download(Path(args.wheel_dir))
+        with zipfile.ZipFile(wheel) as z:
+            members = {i.filename: z.read(i) for i in z.infolist()
+                       if not i.is_dir() and not _dropped(i.filename, args.lean)}
+        for path in pack(members, Path(args.out), args.max_part_mib):
+            print(f"{path}: {path.stat().st_size / 2**20:.1f} MiB")
+    elif args.cmd == "unpack":
+        unpack(args.parts, args.target)
+    else:
+        check()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""The GPU job's tools, exercised on CPU: carrying fbgemm-gpu in independent parts, and its check."""
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+spec = importlib.util.spec_from_file_location("fbgemm_parts", ROOT / "scripts" / "gpu" / "fbgemm_parts.py")
+fbgemm_parts = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(fbgemm_parts)
+
+
+def test_parts_are_independent_under_the_limit_and_unpack_exactly(tmp_path) -> None:
+    members = {f"fbgemm_gpu/lib{i}.so": os.urandom(30_000 + 5_000 * i) for i in range(8)}  # incompressible
+    members["fbgemm_gpu/__init__.py"] = b"__version__ = 'test'\n" * 100
+    limit_mib = 0.1
+    parts = fbgemm_parts.pack(members, tmp_path / "parts", limit_mib)
+    assert len(parts) >= 3 and all(p.stat().st_size <= limit_mib * 2**20 for p in parts)
+    target = tmp_path / "site"
+    for p in reversed(parts):  # any order, one at a time, as they arrive
+        fbgemm_parts.unpack([p], target)
+    fbgemm_parts.unpack(parts, target)  # idempotent
+    assert {str(p.relative_to(target)) for p in target.rglob("*") if p.is_file() and not p.name.startswith(".")} \
+        == set(members)
+    assert all((target / k).read_bytes() == v for k, v in members.items())
+    assert os.access(target / "fbgemm_gpu" / "lib0.so", os.X_OK)
+
+
+def test_lean_drop_keeps_the_training_libraries() -> None:
+    assert fbgemm_parts._dropped("fbgemm_gpu/fbgemm_gpu_tbe_training_backward_vbe.so", lean=True)
+    assert not fbgemm_parts._dropped("fbgemm_gpu/fbgemm_gpu_tbe_training_backward.so", lean=True)
+    assert not fbgemm_parts._dropped("fbgemm_gpu/fbgemm_gpu_tbe_training_backward_vbe.so", lean=False)
+
+
+def test_check_runs_the_tbe_training_op(capsys) -> None:
+    fbgemm_parts.check()  # on the CPU build here: the same op, forward and fused-SGD backward
+    assert '"fused_sgd_updated_weights": true' in capsys.readouterr().out
