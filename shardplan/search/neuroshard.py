@@ -225,8 +225,20 @@ def _materialise(task: Task, state: State) -> tuple[list[Unit], list[TableShardi
     return units, fixed
 
 
+def _fitting_blocks(task: Task, table: Table, free: float) -> int | None:
+    """The fewest column blocks (2, 4, 8; at most the ranks) of ``table`` that fit in ``free`` bytes, with room
+    left for other tables (a block may take at most 60% of it), or None."""
+    for k in (2, 4, 8):
+        if k > max_blocks(table) or k > task.topology.world_size:
+            break
+        widest = max(cols for _, cols in column_blocks(table, k))
+        if shard_bytes(task, table, "column_wise", Shard(0, 0, table.num_embeddings, 0, widest)) <= 0.6 * free:
+            return k
+    return None
+
+
 def _initial_state(task: Task, allowed: frozenset[str] | None = None) -> State:
-    """Whole tables, except those too big for one rank, which go row-wise.
+    """Whole tables, except those too big for one rank: in column blocks where a few fit, else row-wise.
 
     Largest first, each judged against what the row-wise tables before it
     leave free on every rank (their slices take memory on all ranks).
@@ -238,6 +250,12 @@ def _initial_state(task: Task, allowed: frozenset[str] | None = None) -> State:
     for t in sorted(task.tables, key=lambda t: (-t.num_embeddings * t.embedding_dim, t.name)):
         whole = shard_bytes(task, t, "table_wise", Shard(0, 0, t.num_embeddings, 0, t.embedding_dim))
         if whole > cap - taken:
+            # Column blocks first: they cost one batch-sized buffer each, on a few ranks, where
+            # row-wise slices put a full-batch buffer on every rank.
+            blocks = _fitting_blocks(task, t, cap - taken) if allowed is None or "column_wise" in allowed else None
+            if blocks is not None:
+                kinds[t.name] = ("cw", blocks)
+                continue
             if allowed is not None and "row_wise" not in allowed:
                 raise InfeasibleError(
                     f"tables.{t.name}", f"needs {whole / GB:.3f} GB, more than one rank has free, and "

@@ -1,7 +1,8 @@
 """The placement environment the RL searcher learns in (AutoShard / DreamShard style).
 
-An episode places a task's units (whole tables; tables too large for one rank
-are split row-wise first, as the NeuroShard searchers do) one at a time, in
+An episode places a task's units (whole tables; a table too large for one
+rank is first cut into column blocks, or row-wise, as the NeuroShard searchers
+start) one at a time, in
 descending order of predicted cost. The observation for a step is one feature
 row per rank, built from the learned cost model: the rank's predicted cost now
 and if it takes the unit (the fused-kernel prediction, via the model's
@@ -31,7 +32,7 @@ class PlacementEnv:
         self.task = task
         self.est = estimator
         self.placer = _Placer(task, estimator)
-        units, self.fixed = _materialise(task, _initial_state(task, frozenset({"table_wise", "row_wise"})))
+        units, self.fixed = _materialise(task, _initial_state(task))
         shards = [Shard(0, 0, u.table.num_embeddings, u.col_offset, u.num_cols) for u in units]
         specs = [self.placer.spec(u.table, "table_wise", s) for u, s in zip(units, shards)]
         codes, times = self.placer.encode(specs) if units else (np.zeros((0, 1)), np.zeros((0, 2)))
@@ -105,9 +106,15 @@ class PlacementEnv:
         self.step_index += 1
 
     def tables(self) -> list[TableSharding]:
-        return list(self.fixed) + [
-            TableSharding(u.table.name, "table_wise", (Shard(int(r), 0, u.table.num_embeddings, 0, u.num_cols),))
-            for u, r in zip(self.units, self.where)]
+        placed: dict[str, list[Shard]] = {}
+        for u, r in zip(self.units, self.where):
+            placed.setdefault(u.table.name, []).append(Shard(int(r), 0, u.table.num_embeddings, u.col_offset, u.num_cols))
+        out = list(self.fixed)
+        for name, shards in placed.items():
+            whole = len(shards) == 1 and shards[0].num_cols == self.task.table(name).embedding_dim
+            out.append(TableSharding(name, "table_wise" if whole else "column_wise",
+                                     tuple(sorted(shards, key=lambda s: s.col_offset))))
+        return out
 
     def plan_cost(self) -> float:
         """The finished plan's predicted cost (slowest rank's compute + comm), ms; doubled when the
