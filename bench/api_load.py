@@ -14,15 +14,13 @@ import argparse
 import asyncio
 import datetime as dt
 import json
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import numpy as np
 
+from shardplan.api.launch import running_service
 from shardplan.cost.profiles import get_profile, load1, machine_stamp
 from shardplan.formats import task_to_dict
 from shardplan.pools import load_pool
@@ -56,28 +54,12 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = ap.parse_args()
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "shardplan.cli", "serve", "--port", str(port),
-                               "--workers", str(args.workers), "--max-budget-s", "3600", "--log-level", "warning"],
-                              cwd=ROOT)
-    try:
-        for _ in range(300):
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
+    with running_service("--workers", str(args.workers), "--max-budget-s", "3600") as url:
         bodies = tasks(args.requests, args.seed)
         load_before = load1()
         t0 = time.perf_counter()
         results = asyncio.run(fire(url, bodies, args.searcher))
         wall = time.perf_counter() - t0
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
     lat = np.array([r[1] for r in results])
     ok = sum(r[0] == 200 for r in results)

@@ -46,7 +46,7 @@ def _cmd_collect_ranks(args: argparse.Namespace) -> int:
     if not paths:
         raise InputError("--suite", f"no task files in {args.suite}")
     out = Path(args.out) if args.out else profile.dir / "compute-ranks.parquet"
-    df = collect_plan_ranks(profile, paths, args.searchers.split(","), _estimator(args), out)
+    df = collect_plan_ranks(profile, paths, args.searchers.split(","), _estimator(args), out, round_=args.round)
     print(f"{out}: {int((df['source'] == 'plan-rank').sum())} rank samples")
     return 0
 
@@ -420,6 +420,8 @@ def build_parser() -> argparse.ArgumentParser:
     cr.add_argument("--suite", default="data/tasks/cpu-train")
     cr.add_argument("--searchers", default="neuroshard,neuroshard-tw,greedy-cost,torchrec,greedy-lookup,"
                                            "greedy-size,round-robin,random")
+    cr.add_argument("--round", type=int, default=0, help="DreamShard loop round: plans of a retrained model "
+                                                         "are new data (default 0)")
     cr.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute-ranks.parquet)")
     cr.set_defaults(func=_cmd_collect_ranks)
     cm = with_profile(csub.add_parser("comm", help="measure gloo all-to-all and fit the comm model"),

@@ -3,9 +3,6 @@ from __future__ import annotations
 
 import copy
 import json
-import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -16,6 +13,7 @@ import schemathesis
 from schemathesis import checks
 from hypothesis import HealthCheck, given, settings
 
+from shardplan.api.launch import running_service
 from shardplan.formats import load_plan
 from shardplan.validate import validate_plan
 
@@ -25,33 +23,11 @@ MAX_BODY = 400_000  # small enough that a test can send one larger
 MAX_TABLES = 40
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server() -> str:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "shardplan.cli", "serve", "--port", str(port), "--log-level", "warning",
-         "--max-body-bytes", str(MAX_BODY), "--max-tables", str(MAX_TABLES), "--max-world-size", "64",
-         "--max-budget-s", "20"], cwd=ROOT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(300):
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        else:
-            raise RuntimeError("the service did not start")
+    with running_service("--max-body-bytes", str(MAX_BODY), "--max-tables", str(MAX_TABLES),
+                         "--max-world-size", "64", "--max-budget-s", "20") as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 def test_service_lists_searchers_profiles_and_health(server: str) -> None:

@@ -12,7 +12,7 @@ rows of the same shape to ``data/profiles/<profile>/compute-ranks.parquet``
 
 All ranks of a task share one ``sample`` number, so the train/held-out split
 (:func:`shardplan.cost.train.is_holdout`) holds out whole tasks. Resumable:
-(task, searcher) pairs already in the file are skipped.
+(task, searcher, round) triples already in the file are skipped.
 """
 from __future__ import annotations
 
@@ -41,26 +41,33 @@ def task_sample(task_name: str) -> int:
 
 
 def collect_plan_ranks(profile: Profile, task_paths: list[Path], searchers: list[str], estimator: PlanEstimator,
-                       out: Path, optimizer: str = "sgd") -> pd.DataFrame:
+                       out: Path, optimizer: str = "sgd", round_: int = 0) -> pd.DataFrame:
+    """Time the ranks of every (task, searcher) plan not yet in ``out`` for this ``round_``.
+
+    A round is one pass of DreamShard's loop: plan with the current model, time,
+    retrain; the next round's plans (by the retrained model) are new data."""
     from ..search import get_searcher
 
     if profile.device == "cpu" and profile.threads:
         torch.set_num_threads(profile.threads)
     existing = pd.read_parquet(out) if out.exists() else pd.DataFrame()
-    done = set(zip(existing["task"], existing["searcher"])) if len(existing) else set()
+    if len(existing) and "round" not in existing:
+        existing["round"] = 0
+    done = set(zip(existing["task"], existing["searcher"], existing["round"])) if len(existing) else set()
     todo = [(p, s) for p in task_paths for s in searchers]
     stamp = _stamp(profile, optimizer, "fp32")
     out.parent.mkdir(parents=True, exist_ok=True)
     for path, searcher in tqdm(todo, desc=f"collect plan ranks [{profile.name}]"):
         task = load_task(path)
-        if (task.name, searcher) in done:
+        if (task.name, searcher, round_) in done:
             continue
         if task.optimizer != optimizer:
             raise InputError(str(path), f"optimizer {task.optimizer!r} differs from --optimizer {optimizer!r}")
         try:
             plan = get_searcher(searcher).plan(task, estimator, seed=0)
         except InputError:  # infeasible for this searcher: nothing to time
-            rows = [{"task": task.name, "searcher": searcher, "rank": -1, "source": "plan-rank-infeasible"}]
+            rows = [{"task": task.name, "searcher": searcher, "rank": -1, "source": "plan-rank-infeasible",
+                     "round": round_}]
         else:
             rows = []
             for rank, specs in enumerate(rank_specs(plan)):
@@ -72,7 +79,8 @@ def collect_plan_ranks(profile: Profile, task_paths: list[Path], searchers: list
                                warmup=profile.warmup, repeats=profile.repeats)
                 ref_after = time_reference(profile.device)
                 rows.append({"seed": RANKS_SEED, "sample": task_sample(task.name), "source": "plan-rank",
-                             "task": task.name, "searcher": searcher, "rank": rank, "num_shards": len(specs),
+                             "task": task.name, "searcher": searcher, "rank": rank, "round": round_,
+                             "num_shards": len(specs),
                              "batch_size": max(s.batch_size for s in specs), "shards": specs_to_json(specs),
                              "fwd_ms": t.fwd_ms, "bwd_ms": t.bwd_ms,
                              "fwd_samples_ms": list(t.fwd_samples_ms), "bwd_samples_ms": list(t.bwd_samples_ms),

@@ -175,7 +175,7 @@ class NeuralCostModel:
         n = np.maximum(count, 1.0)
         h = np.concatenate([np.asarray(code_sum, np.float32) / n, np.log2(n)], axis=1) @ w1 + b1
         ctx = (h / (1.0 + np.exp(-h))) @ w2 + b2  # SiLU, then the 4 outputs
-        y = np.logaddexp(np.log(np.asarray(time_sum, np.float32) + 1e-9) + ctx[:, :2], ctx[:, 2:])
+        y = np.logaddexp(np.log(np.maximum(np.asarray(time_sum, np.float32), 0.0) + 1e-9) + ctx[:, :2], ctx[:, 2:])
         return np.where(count > 0, np.exp(y), 0.0)
 
     def _context_weights(self) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
