@@ -55,6 +55,15 @@ def test_plan_then_evaluate_round_trip(server: str, task_dict: dict) -> None:
     assert ev.json()["cost"]["max_ms"] == pytest.approx(r.json()["cost"]["max_ms"], rel=1e-6)
 
 
+def test_plan_restricted_to_the_types_gloo_runs(server: str, task_dict: dict) -> None:
+    types = ["table_wise", "column_wise", "data_parallel"]
+    r = httpx.post(server + "/v1/plans", params={"sharding_types": types}, json=task_dict, timeout=60)
+    assert r.status_code == 200, r.text
+    assert {t["sharding_type"] for t in r.json()["tables"]} <= set(types)
+    r = httpx.post(server + "/v1/plans", params={"searcher": "random", "sharding_types": types}, json=task_dict)
+    assert _error(r, 422)["loc"] == ["query", "sharding_types"]
+
+
 def _error(r: httpx.Response, status: int) -> dict:
     assert r.status_code == status, r.text
     (item,) = r.json()["detail"]

@@ -25,7 +25,7 @@ from .. import __version__
 from ..budget import BudgetExceeded, time_budget
 from ..cost.estimator import PlanEstimator, load_estimator
 from ..cost.profiles import PROFILES
-from ..domain import Plan, Task
+from ..domain import SHARDING_TYPES, Plan, Task
 from ..errors import InfeasibleError, InputError
 from ..formats import plan_from_model, plan_to_dict, task_from_model
 from ..schema import PlanModel, TaskModel
@@ -34,7 +34,7 @@ from ..validate import validate_plan
 from .limits import Limits
 from .models import ErrorBody, Health, ProfileInfo, SearcherInfo
 
-QUERY_FIELDS = {"searcher", "seed", "profile", "budget_s"}
+QUERY_FIELDS = {"searcher", "seed", "profile", "budget_s", "sharding_types"}
 ERRORS: dict[int | str, dict[str, Any]] = {
     413: {"model": ErrorBody, "description": "request body over the service's size limit (--max-body-bytes)"},
     422: {"model": ErrorBody, "description": "invalid, over a limit, infeasible, or over the time budget"},
@@ -43,6 +43,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 # Enums put the allowed values into the OpenAPI document (and so into clients and schemathesis).
 SearcherName = Enum("SearcherName", {name: name for name in sorted(SEARCHERS)}, type=str)
 ProfileName = Enum("ProfileName", {name: name for name in PROFILES}, type=str)
+ShardingType = Enum("ShardingType", {name: name for name in SHARDING_TYPES}, type=str)
 
 
 def _loc(field: str) -> list[str | int]:
@@ -164,12 +165,16 @@ def create_app(limits: Limits | None = None, profiles: Sequence[str] | None = No
         profile: ProfileName = ProfileName("cpu-2c"),
         budget_s: Annotated[float, Query(gt=0, le=limits.max_budget_s,
                                          description="stop planning after this many seconds")] = limits.max_budget_s,
+        sharding_types: Annotated[list[ShardingType] | None, Query(
+            description="the types the plan may use (e.g. what gloo runs: table_wise, column_wise, "
+                        "data_parallel); default any")] = None,
     ) -> dict[str, Any]:
         """Plan a ``shardplan/task@1``; the answer is a ``shardplan/plan@1`` with its predicted cost."""
         domain_task = task_from_model(task)
         limits.check_task(domain_task)
         est = estimator(profile)
-        plan = await off_loop(_plan, domain_task, searcher.value, est, seed, budget_s)
+        types = [t.value for t in sharding_types] if sharding_types else None
+        plan = await off_loop(_plan, domain_task, searcher.value, est, seed, budget_s, types)
         return plan_to_dict(plan)
 
     @app.post("/v1/evaluations", response_model=PlanModel, responses=ERRORS, tags=["planning"])
@@ -184,9 +189,10 @@ def create_app(limits: Limits | None = None, profiles: Sequence[str] | None = No
     return app
 
 
-def _plan(task: Task, searcher: str, est: PlanEstimator, seed: int, budget_s: float) -> Plan:
+def _plan(task: Task, searcher: str, est: PlanEstimator, seed: int, budget_s: float,
+          sharding_types: list[str] | None) -> Plan:
     with time_budget(budget_s):
-        return get_searcher(searcher).plan(task, est, seed=seed)
+        return get_searcher(searcher, sharding_types).plan(task, est, seed=seed)
 
 
 def _evaluate(plan: Plan, est: PlanEstimator) -> Plan:
