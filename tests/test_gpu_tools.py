@@ -14,8 +14,9 @@ spec.loader.exec_module(fbgemm_parts)
 def test_parts_are_independent_under_the_limit_and_unpack_exactly(tmp_path) -> None:
     members = {f"fbgemm_gpu/lib{i}.so": os.urandom(30_000 + 5_000 * i) for i in range(8)}  # incompressible
     members["fbgemm_gpu/__init__.py"] = b"__version__ = 'test'\n" * 100
+    members["fbgemm_gpu/huge.so"] = os.urandom(150_000)  # over one part even compressed: chunked
     limit_mib = 0.1
-    parts = fbgemm_parts.pack(members, tmp_path / "parts", limit_mib)
+    parts = fbgemm_parts.pack(members, tmp_path / "parts", limit_mib, chunk_bytes=60_000)
     assert len(parts) >= 3 and all(p.stat().st_size <= limit_mib * 2**20 for p in parts)
     target = tmp_path / "site"
     for p in reversed(parts):  # any order, one at a time, as they arrive

@@ -8,8 +8,8 @@ unpacked. This script (standard library only, so it runs on both machines):
 
 ``pack``    downloads the wheel (on a machine with internet), unzips it, drops
             the libraries that table-batched training with a fused optimizer
-            does not load (``--lean``; see LEAN_DROP), and writes the files as N
-            *independent* ``.tar.xz`` parts, each under ``--max-part-mib``, so
+            does not load (``--lean``; see LEAN_DROP), cuts files over 256 MiB
+            into chunks, and writes the files as N *independent* ``.tar.xz`` parts, each under ``--max-part-mib``, so
             each part can be unpacked on arrival (a machine that goes cold
             between calls loses nothing already unpacked).
 ``unpack``  extracts parts into a target folder (Python's ``lzma``: no ``zstd``
@@ -28,6 +28,7 @@ import argparse
 import io
 import json
 import lzma
+import re
 import subprocess
 import sys
 import tarfile
@@ -57,12 +58,32 @@ def _dropped(name: str, lean: bool) -> bool:
     return lean and base.endswith(".so") and any(k in base for k in LEAN_DROP)
 
 
-def pack(members: dict[str, bytes], out: Path, max_part_mib: float, ratio_guess: float = 0.2) -> list[Path]:
+CHUNK = re.compile(r"^(?P<name>.+)\.chunk(?P<k>\d{3})of(?P<n>\d{3})$")
+
+
+def split_large(members: dict[str, bytes], chunk_bytes: int) -> dict[str, bytes]:
+    """Files over ``chunk_bytes`` become ``NAME.chunkKKKofNNN`` pieces (one library is 1.1 GiB unpacked,
+    more than one part can hold even compressed); :func:`unpack` joins them once all have arrived."""
+    out: dict[str, bytes] = {}
+    for name, data in members.items():
+        if len(data) <= chunk_bytes:
+            out[name] = data
+            continue
+        n = -(-len(data) // chunk_bytes)
+        for k in range(n):
+            out[f"{name}.chunk{k:03d}of{n:03d}"] = data[k * chunk_bytes:(k + 1) * chunk_bytes]
+    return out
+
+
+def pack(members: dict[str, bytes], out: Path, max_part_mib: float, ratio_guess: float = 0.2,
+         preset: int = 9 | lzma.PRESET_EXTREME, chunk_bytes: int = 256 * 2**20) -> list[Path]:
     """Write ``members`` (path -> bytes) as independent ``.tar.xz`` parts under ``max_part_mib``.
 
-    Files are dealt largest first to the part with the least estimated compressed
-    size; a part that comes out too large is split in two and written again.
+    Large files are cut into chunks first; files are dealt largest first to the
+    part with the least estimated compressed size; a part that comes out too
+    large is split in two and written again.
     """
+    members = split_large(members, chunk_bytes)
     limit = max_part_mib * 2**20
     est_total = sum(len(b) for b in members.values()) * ratio_guess
     n = max(1, int(est_total // (0.8 * limit)) + 1)
@@ -79,7 +100,7 @@ def pack(members: dict[str, bytes], out: Path, max_part_mib: float, ratio_guess:
         if not g:
             continue
         buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w:xz", preset=9 | lzma.PRESET_EXTREME) as tar:
+        with tarfile.open(fileobj=buf, mode="w:xz", preset=preset) as tar:
             for name in sorted(g):
                 info = tarfile.TarInfo(name)
                 info.size = len(members[name])
@@ -113,6 +134,29 @@ def unpack(parts: list[Path], target: Path) -> None:
             tar.extractall(target, filter="data")
         marker.write_text("ok\n")
         print(f"unpacked {part.name} into {target}")
+    join_chunks(target)
+
+
+def join_chunks(target: Path) -> None:
+    """Join every large file whose chunks have all arrived (and drop the chunks)."""
+    groups: dict[Path, dict[int, Path]] = {}
+    totals: dict[Path, int] = {}
+    for p in target.rglob("*.chunk*of*"):
+        m = CHUNK.match(str(p))
+        if m:
+            whole = Path(m["name"])
+            groups.setdefault(whole, {})[int(m["k"])] = p
+            totals[whole] = int(m["n"])
+    for whole, chunks in groups.items():
+        if len(chunks) < totals[whole]:
+            continue  # more parts to come
+        with open(whole, "wb") as f:
+            for k in range(totals[whole]):
+                f.write(chunks[k].read_bytes())
+        whole.chmod(0o755 if whole.suffix == ".so" else 0o644)
+        for c in chunks.values():
+            c.unlink()
+        print(f"joined {whole.name} from {totals[whole]} chunks")
 
 
 def check() -> None:
@@ -148,6 +192,7 @@ def main() -> None:
     p.add_argument("--out", default="build/fbgemm-parts")
     p.add_argument("--max-part-mib", type=float, default=60.0)
     p.add_argument("--lean", action="store_true", help="drop libraries TBE training does not load")
+    p.add_argument("--preset", type=int, default=9, help="xz preset 0-9 (9: smallest, slowest)")
     u = sub.add_parser("unpack")
     u.add_argument("parts", nargs="+", type=Path)
     u.add_argument("--target", type=Path, default=Path("/tmp/fbgemm"))
@@ -158,7 +203,7 @@ def main() -> None:
         with zipfile.ZipFile(wheel) as z:
             members = {i.filename: z.read(i) for i in z.infolist()
                        if not i.is_dir() and not _dropped(i.filename, args.lean)}
-        for path in pack(members, Path(args.out), args.max_part_mib):
+        for path in pack(members, Path(args.out), args.max_part_mib, preset=args.preset):
             print(f"{path}: {path.stat().st_size / 2**20:.1f} MiB")
     elif args.cmd == "unpack":
         unpack(args.parts, args.target)
