@@ -134,8 +134,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def dlrm(task: Task, device: str):
-    """The model: bottom MLP, the task's EmbeddingBagCollection, concatenation, top MLP."""
+def dlrm(task: Task):
+    """The model: bottom MLP, the task's EmbeddingBagCollection (on meta: DMP materialises the shards), concatenation, top MLP."""
     import torch
     from torch import nn
 
@@ -212,7 +212,7 @@ def _worker(rank: int, world: int, port: int, backend: str, plan: Plan, iteratio
         torch.manual_seed(seed)  # the dense layers start equal on every rank
         task = plan.task
         model = DistributedModelParallel(
-            dlrm(task, "meta"), env=ShardingEnv.from_process_group(dist.group.WORLD), device=device,
+            dlrm(task), env=ShardingEnv.from_process_group(dist.group.WORLD), device=device,
             plan=to_torchrec_plan(plan, module_path=MODULE_PATH), sharders=[sharder(task)])
         dense_opt = torch.optim.Adagrad([p for _, p in in_backward_optimizer_filter(model.named_parameters())], lr=lr)
         loss_fn = torch.nn.BCEWithLogitsLoss()
