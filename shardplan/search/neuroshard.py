@@ -94,29 +94,12 @@ class _Placer:
         memory (first-fit-decreasing packs tight tasks that the cost order
         strands), each to the feasible rank whose predicted cost stays lowest.
         """
-        task, world = self.task, self.world
-        code_dim = self.model.code
-        code_sum = np.zeros((world, code_dim), np.float32)
-        time_sum = np.zeros((world, 2), np.float32)
-        count = np.zeros(world, np.float32)
-        mem = np.zeros(world)
-        dims = np.zeros(world)
-        for ts in fixed:
-            t = task.table(ts.name)
-            for sh in ts.shards:
-                c, tm = self.encode([self.spec(t, ts.sharding_type, sh)])
-                code_sum[sh.rank] += c[0]
-                time_sum[sh.rank] += tm[0]
-                count[sh.rank] += 1
-                mem[sh.rank] += shard_bytes(task, t, ts.sharding_type, sh)
-                dims[sh.rank] += sh.num_cols
+        world = self.world
+        code_sum, time_sum, count, mem, dims = self.fixed_sums(fixed)
         if (mem > self.cap).any():
             return None
-        shards = [Shard(0, 0, u.table.num_embeddings, u.col_offset, u.num_cols) for u in units]
-        specs = [self.spec(u.table, "table_wise", s) for u, s in zip(units, shards)]
-        codes, times = self.encode(specs) if units else (None, None)
-        need = np.array([shard_bytes(task, u.table, "column_wise", s) for u, s in zip(units, shards)])
-        solo = times.sum(axis=1) if units else np.zeros(0)
+        codes, times, need = self.unit_inputs(units)
+        solo = times.sum(axis=1)
         dim_cap = balance * (dims.sum() + sum(u.num_cols for u in units)) / world
         where = np.full(len(units), -1)
         weight = need if by_size else solo
@@ -135,22 +118,56 @@ class _Placer:
             mem[r] += need[i]
             dims[r] += units[i].num_cols
         if units:
-            self._refine(units, where, codes, times, need, code_sum, time_sum, count, mem)
+            self.refine(units, where, codes, times, need, code_sum, time_sum, count, mem)
+        return self.shardings(units, where, fixed)
+
+    def fixed_sums(self, fixed: list[TableSharding]) -> tuple[np.ndarray, ...]:
+        """Per rank, what the already-placed shards put there: summed codes, summed own times,
+        shard count, bytes and summed dims (the starting point of every placement)."""
+        task, world = self.task, self.world
+        code_sum = np.zeros((world, self.model.code), np.float32)
+        time_sum = np.zeros((world, 2), np.float32)
+        count = np.zeros(world, np.float32)
+        mem = np.zeros(world)
+        dims = np.zeros(world)
+        for ts in fixed:
+            t = task.table(ts.name)
+            for sh in ts.shards:
+                c, tm = self.encode([self.spec(t, ts.sharding_type, sh)])
+                code_sum[sh.rank] += c[0]
+                time_sum[sh.rank] += tm[0]
+                count[sh.rank] += 1
+                mem[sh.rank] += shard_bytes(task, t, ts.sharding_type, sh)
+                dims[sh.rank] += sh.num_cols
+        return code_sum, time_sum, count, mem, dims
+
+    def unit_inputs(self, units: list[Unit]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each unit's code, own (fwd, bwd) times and bytes, as it would sit on a rank."""
+        if not units:
+            return np.zeros((0, self.model.code), np.float32), np.zeros((0, 2), np.float32), np.zeros(0)
+        shards = [Shard(0, 0, u.table.num_embeddings, u.col_offset, u.num_cols) for u in units]
+        codes, times = self.encode([self.spec(u.table, "table_wise", s) for u, s in zip(units, shards)])
+        need = np.array([shard_bytes(self.task, u.table, "column_wise", s) for u, s in zip(units, shards)], float)
+        return codes, times, need
+
+    def shardings(self, units: list[Unit], where: np.ndarray, fixed: list[TableSharding]) -> list[TableSharding]:
+        """``fixed`` plus the units placed on ranks ``where``: whole tables table-wise, blocks column-wise."""
         placed: dict[str, list[Shard]] = {}
         for u, r in zip(units, where):
             placed.setdefault(u.table.name, []).append(Shard(int(r), 0, u.table.num_embeddings, u.col_offset, u.num_cols))
         out = list(fixed)
         for name, shs in placed.items():
-            st = "table_wise" if len(shs) == 1 and shs[0].num_cols == task.table(name).embedding_dim else "column_wise"
-            out.append(TableSharding(name, st, tuple(sorted(shs, key=lambda s: s.col_offset))))
+            whole = len(shs) == 1 and shs[0].num_cols == self.task.table(name).embedding_dim
+            out.append(TableSharding(name, "table_wise" if whole else "column_wise",
+                                     tuple(sorted(shs, key=lambda s: s.col_offset))))
         return out
 
-    def _refine(self, units: list[Unit], where: np.ndarray, codes: np.ndarray, times: np.ndarray,
-                need: np.ndarray, code_sum: np.ndarray, time_sum: np.ndarray, count: np.ndarray,
-                mem: np.ndarray, max_moves: int | None = None) -> None:
+    def refine(self, units: list[Unit], where: np.ndarray, codes: np.ndarray, times: np.ndarray,
+               need: np.ndarray, code_sum: np.ndarray, time_sum: np.ndarray, count: np.ndarray,
+               mem: np.ndarray) -> None:
         """Move units off the predicted-slowest rank while that lowers the pair's larger cost (in place)."""
         world = self.world
-        for _ in range(max_moves if max_moves is not None else 2 * len(units)):
+        for _ in range(2 * len(units)):
             rank_ms = self.model.combine(code_sum, time_sum, count).sum(axis=1)
             src = int(np.argmax(rank_ms))
             mine = np.flatnonzero(where == src)

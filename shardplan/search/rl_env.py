@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..cost.estimator import PlanEstimator
-from ..domain import Plan, Shard, TableSharding, Task
-from ..memory import GB, shard_bytes
+from ..domain import Plan, TableSharding, Task
+from ..memory import GB
 from .neuroshard import Unit, _initial_state, _materialise, _Placer
 
 RANK_FEATURES = ("cost_now", "cost_after", "after_minus_max_now", "after_minus_min_after", "mem_after",
@@ -33,39 +33,21 @@ class PlacementEnv:
         self.est = estimator
         self.placer = _Placer(task, estimator)
         units, self.fixed = _materialise(task, _initial_state(task))
-        shards = [Shard(0, 0, u.table.num_embeddings, u.col_offset, u.num_cols) for u in units]
-        specs = [self.placer.spec(u.table, "table_wise", s) for u, s in zip(units, shards)]
-        codes, times = self.placer.encode(specs) if units else (np.zeros((0, 1)), np.zeros((0, 2)))
+        codes, times, need = self.placer.unit_inputs(units)
         solo = times.sum(axis=1)
         order = sorted(range(len(units)), key=lambda i: (-solo[i], units[i].table.name))
         self.units: list[Unit] = [units[i] for i in order]
-        self.codes, self.times, self.solo = codes[order], times[order], solo[order]
-        self.need = np.array([shard_bytes(task, u.table, "table_wise", shards[i]) for i, u in
-                              zip(order, self.units)], dtype=float)
+        self.codes, self.times, self.solo, self.need = codes[order], times[order], solo[order], need[order]
         self.world = task.topology.world_size
         self.cap = task.topology.memory_per_rank_gb * GB
         self.scale = max(float(self.solo.sum()) / self.world, 1e-6)  # the ideal per-rank compute
         self.dim_scale = max(sum(u.num_cols for u in self.units) / self.world, 1.0)
+        self._start = self.placer.fixed_sums(self.fixed)  # row-wise slices sit on every rank from the start
         self.reset()
 
     def reset(self) -> "PlacementEnv":
-        code_dim = self.codes.shape[1] if len(self.codes) else 1
-        self.code_sum = np.zeros((self.world, code_dim), np.float32)
-        self.time_sum = np.zeros((self.world, 2), np.float32)
-        self.count = np.zeros(self.world, np.float32)
-        self.mem = np.zeros(self.world)
-        self.dims = np.zeros(self.world)
-        model = self.placer.model
-        for ts in self.fixed:  # row-wise slices are on every rank before the episode starts
-            t = self.task.table(ts.name)
-            for sh in ts.shards:
-                c, tm = self.placer.encode([self.placer.spec(t, ts.sharding_type, sh)])
-                self.code_sum[sh.rank] += c[0]
-                self.time_sum[sh.rank] += tm[0]
-                self.count[sh.rank] += 1
-                self.mem[sh.rank] += shard_bytes(self.task, t, ts.sharding_type, sh)
-                self.dims[sh.rank] += sh.num_cols
-        self.rank_ms = model.combine(self.code_sum, self.time_sum, self.count).sum(axis=1)
+        self.code_sum, self.time_sum, self.count, self.mem, self.dims = (a.copy() for a in self._start)
+        self.rank_ms = self.placer.model.combine(self.code_sum, self.time_sum, self.count).sum(axis=1)
         self.where = np.full(len(self.units), -1)
         self.step_index = 0
         self.overflowed = False
@@ -106,15 +88,7 @@ class PlacementEnv:
         self.step_index += 1
 
     def tables(self) -> list[TableSharding]:
-        placed: dict[str, list[Shard]] = {}
-        for u, r in zip(self.units, self.where):
-            placed.setdefault(u.table.name, []).append(Shard(int(r), 0, u.table.num_embeddings, u.col_offset, u.num_cols))
-        out = list(self.fixed)
-        for name, shards in placed.items():
-            whole = len(shards) == 1 and shards[0].num_cols == self.task.table(name).embedding_dim
-            out.append(TableSharding(name, "table_wise" if whole else "column_wise",
-                                     tuple(sorted(shards, key=lambda s: s.col_offset))))
-        return out
+        return self.placer.shardings(self.units, self.where, self.fixed)
 
     def plan_cost(self) -> float:
         """The finished plan's predicted cost (slowest rank's compute + comm), ms; doubled when the
@@ -125,5 +99,5 @@ class PlacementEnv:
     def refine(self) -> None:
         """The grid search's local improvement: move tables off the predicted-slowest rank while it helps."""
         if len(self.units):
-            self.placer._refine(self.units, self.where, self.codes, self.times, self.need, self.code_sum,
+            self.placer.refine(self.units, self.where, self.codes, self.times, self.need, self.code_sum,
                                 self.time_sum, self.count, self.mem)
