@@ -50,7 +50,7 @@ class PlanEstimator:
         keys = [tuple(sorted(s, key=lambda x: (x.table, x.row_offset, x.rows, x.cols, x.batch_size)))
                 for s in sets]
         found = {k: v for k in keys if (v := self._cache.get(k)) is not None}
-        missing = list({k for k in keys if k not in found})
+        missing = list(dict.fromkeys(k for k in keys if k not in found))  # ordered: same batch every run
         if missing:
             fwd, bwd = self.compute.predict([list(k) for k in missing])
             for k, f, b in zip(missing, fwd, bwd):
