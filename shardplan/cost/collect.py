@@ -29,7 +29,7 @@ import torch
 from tqdm import tqdm
 
 from ..domain import Table
-from .kernel import fbgemm_versions, time_reference, time_specs
+from .kernel import fbgemm_versions, time_specs_bracketed
 from .profiles import Profile, load1, machine_stamp
 from .specs import ShardSpec, specs_to_json
 
@@ -90,6 +90,20 @@ def _stamp(profile: Profile, optimizer: str, dtype: str) -> dict[str, object]:
             "threads": torch.get_num_threads(), "optimizer": optimizer, "dtype": dtype}
 
 
+def timed_row(specs: list[ShardSpec], optimizer: str, dtype: str, profile: Profile, id_seed: int,
+              warmup: int, repeats: int) -> dict[str, object]:
+    """One shard set timed as every cost-data row records it: the specs, medians and every repeat,
+    the protocol, the reference workload before and after, the load and the date."""
+    before = load1()
+    t, ref_before, ref_after = time_specs_bracketed(specs, optimizer, dtype, profile.device, id_seed, warmup, repeats)
+    return {"num_shards": len(specs), "batch_size": max(s.batch_size for s in specs),
+            "shards": specs_to_json(specs), "fwd_ms": t.fwd_ms, "bwd_ms": t.bwd_ms,
+            "fwd_samples_ms": list(t.fwd_samples_ms), "bwd_samples_ms": list(t.bwd_samples_ms),
+            "warmup": warmup, "repeats": repeats, "ref_before_ms": ref_before, "ref_after_ms": ref_after,
+            "load1_before": before, "load1_after": load1(),
+            "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+
+
 def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples: int, seed: int = 0,
                     optimizer: str = "sgd", dtype: str = "fp32", flush_every: int = 25,
                     warmup: int | None = None, repeats: int | None = None, min_shards: int = 1,
@@ -122,19 +136,8 @@ def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples:
     for i in tqdm(todo, desc=f"collect compute [{profile.name}]", initial=len(done), total=num_samples):
         rng = np.random.default_rng([seed, i])
         specs = random_sample(rng, pool, profile, min_shards, max_shards)
-        before = load1()
-        ref_before = time_reference(profile.device)
-        t = time_specs(specs, optimizer, dtype, profile.device, id_seed=i, warmup=warmup, repeats=repeats)
-        ref_after = time_reference(profile.device)
-        rows.append({"seed": seed, "sample": i, "source": "random", "num_shards": len(specs),
-                     "batch_size": specs[0].batch_size,
-                     "shards": specs_to_json(specs), "fwd_ms": t.fwd_ms, "bwd_ms": t.bwd_ms,
-                     "fwd_samples_ms": list(t.fwd_samples_ms), "bwd_samples_ms": list(t.bwd_samples_ms),
-                     "warmup": warmup, "repeats": repeats,
-                     "ref_before_ms": ref_before, "ref_after_ms": ref_after,
-                     "load1_before": before, "load1_after": load1(),
-                     "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                     **stamp})
+        rows.append({"seed": seed, "sample": i, "source": "random",
+                     **timed_row(specs, optimizer, dtype, profile, i, warmup, repeats), **stamp})
         if len(rows) >= flush_every:
             flush()
     flush()

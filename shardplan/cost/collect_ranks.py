@@ -16,7 +16,6 @@ All ranks of a task share one ``sample`` number, so the train/held-out split
 """
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import zlib
 from pathlib import Path
@@ -27,11 +26,10 @@ from tqdm import tqdm
 
 from ..errors import InputError
 from ..formats import load_task
-from .collect import _stamp
+from .collect import _stamp, timed_row
 from .estimator import PlanEstimator
-from .kernel import time_reference, time_specs
-from .profiles import Profile, load1
-from .specs import rank_specs, specs_to_json
+from .profiles import Profile
+from .specs import rank_specs
 
 RANKS_SEED = 7  # the `seed` column of plan-rank rows (random samples use the collector's seeds)
 
@@ -73,21 +71,10 @@ def collect_plan_ranks(profile: Profile, task_paths: list[Path], searchers: list
             for rank, specs in enumerate(rank_specs(plan)):
                 if not specs:
                     continue
-                before = load1()
-                ref_before = time_reference(profile.device)
-                t = time_specs(specs, task.optimizer, task.dtype, profile.device, id_seed=task_sample(task.name) + rank,
-                               warmup=profile.warmup, repeats=profile.repeats)
-                ref_after = time_reference(profile.device)
                 rows.append({"seed": RANKS_SEED, "sample": task_sample(task.name), "source": "plan-rank",
                              "task": task.name, "searcher": searcher, "rank": rank, "round": round_,
-                             "num_shards": len(specs),
-                             "batch_size": max(s.batch_size for s in specs), "shards": specs_to_json(specs),
-                             "fwd_ms": t.fwd_ms, "bwd_ms": t.bwd_ms,
-                             "fwd_samples_ms": list(t.fwd_samples_ms), "bwd_samples_ms": list(t.bwd_samples_ms),
-                             "warmup": profile.warmup, "repeats": profile.repeats,
-                             "ref_before_ms": ref_before, "ref_after_ms": ref_after,
-                             "load1_before": before, "load1_after": load1(),
-                             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), **stamp})
+                             **timed_row(specs, task.optimizer, task.dtype, profile, task_sample(task.name) + rank,
+                                         profile.warmup, profile.repeats), **stamp})
         existing = pd.concat([existing, pd.DataFrame(rows)], ignore_index=True)
         tmp = out.with_suffix(".parquet.tmp")  # after every plan, so a stop loses at most one
         existing.to_parquet(tmp, index=False)

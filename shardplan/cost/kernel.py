@@ -191,6 +191,16 @@ def time_reference(device: str = "cpu") -> float:
     return t.fwd_ms + t.bwd_ms
 
 
+def time_specs_bracketed(specs: list[ShardSpec], optimizer: str, dtype: str, device: str, id_seed: int,
+                         warmup: int, repeats: int) -> tuple[KernelTiming, float, float]:
+    """:func:`time_specs` with the reference workload timed just before and just after:
+    (timing, reference ms before, reference ms after). Every cost-data row and every
+    plan measurement is taken this way, so their drift is divided out alike."""
+    before = time_reference(device)
+    t = time_specs(specs, optimizer, dtype, device, id_seed=id_seed, warmup=warmup, repeats=repeats)
+    return t, before, time_reference(device)
+
+
 def slowdown(ref_before_ms: float, ref_after_ms: float, nominal_ms: float) -> float:
     """How much slower than its quiet speed the machine ran during a measurement (>= 1 normally)."""
     return 0.5 * (ref_before_ms + ref_after_ms) / nominal_ms

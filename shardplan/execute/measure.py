@@ -23,7 +23,7 @@ import torch
 
 from ..cost.comm import rank_volumes
 from ..cost.estimator import comm_model_for
-from ..cost.kernel import slowdown, time_reference, time_specs
+from ..cost.kernel import slowdown, time_specs, time_specs_bracketed
 from ..cost.profiles import Profile, get_profile, load1
 from ..cost.specs import ShardSpec, rank_specs
 from ..domain import Plan, PlanCost, RankCost
@@ -43,10 +43,13 @@ def time_rank(specs: list[ShardSpec], optimizer: str, dtype: str, profile: Profi
     """(fwd_ms, bwd_ms, slowdown) of one rank, drift divided out when ``nominal`` is known."""
     if not specs:
         return 0.0, 0.0, 1.0
-    before = time_reference(profile.device) if nominal else 0.0
-    t = time_specs(specs, optimizer, dtype, profile.device, id_seed=MEASURE_ID_SEED,
-                   warmup=profile.warmup, repeats=profile.repeats)
-    factor = slowdown(before, time_reference(profile.device), nominal) if nominal else 1.0
+    if not nominal:  # no quiet reference to divide by: raw times
+        t = time_specs(specs, optimizer, dtype, profile.device, id_seed=MEASURE_ID_SEED,
+                       warmup=profile.warmup, repeats=profile.repeats)
+        return t.fwd_ms, t.bwd_ms, 1.0
+    t, before, after = time_specs_bracketed(specs, optimizer, dtype, profile.device, MEASURE_ID_SEED,
+                                            profile.warmup, profile.repeats)
+    factor = slowdown(before, after, nominal)
     return t.fwd_ms / factor, t.bwd_ms / factor, factor
 
 
