@@ -33,9 +33,9 @@ from ..cost.estimator import PlanEstimator, comm_model_for
 from ..cost.comm import rank_volumes
 from ..cost.kernel import _build_tbe, _inputs, keep_freed_memory, shard_inputs
 from ..cost.profiles import get_profile
-from ..cost.specs import rank_specs
-from ..domain import Plan
-from .dmp import DENSE_FEATURES
+from ..cost.specs import ShardSpec, rank_specs
+from ..domain import Plan, Task
+from .dmp import DENSE_FEATURES, dense_arch
 
 DISTINCT_BATCHES = 4
 
@@ -91,10 +91,7 @@ def _timer(device: torch.device) -> Callable[[Callable[[], object]], tuple[objec
 class _Rank:
     """One emulated rank: a TBE per batch size its shards see, and where each shard's output goes."""
 
-    def __init__(self, plan: Plan, rank: int, device: torch.device, seed: int) -> None:
-        task = plan.task
-        items = plan.rank_shards()[rank]
-        specs = rank_specs(plan)[rank]
+    def __init__(self, task: Task, items: list, specs: list[ShardSpec], device: torch.device, seed: int) -> None:
         self.groups = []
         for batch in sorted({s.batch_size for s in specs}):
             idx = [i for i, s in enumerate(specs) if s.batch_size == batch]
@@ -121,11 +118,10 @@ def run_loop(plan: Plan, profile_name: str, estimator: PlanEstimator | None = No
             torch.set_num_threads(profile.threads)
     task = plan.task
     torch.manual_seed(seed)
-    ranks = [_Rank(plan, r, device, seed) for r in range(task.topology.world_size)]
+    ranks = [_Rank(task, items, specs, device, seed) for items, specs in zip(plan.rank_shards(), rank_specs(plan))]
     dims = {t.name: t.embedding_dim for t in task.tables}
     local = task.batch_size_per_rank
-    bottom = nn.Sequential(nn.Linear(DENSE_FEATURES, 64), nn.ReLU(), nn.Linear(64, 32), nn.ReLU()).to(device)
-    top = nn.Sequential(nn.Linear(32 + sum(dims.values()), 128), nn.ReLU(), nn.Linear(128, 1)).to(device)
+    bottom, top = (m.to(device) for m in dense_arch(task))
     dense_params = list(bottom.parameters()) + list(top.parameters())
     opt = torch.optim.Adagrad(dense_params, lr=lr)
     rng = np.random.default_rng(seed)

@@ -134,6 +134,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def dense_arch(task: Task):
+    """The DLRM's dense layers, shared by this trainer and the emulated-rank loop: the bottom MLP
+    (dense features to 32) and the top MLP (32 + every table's dim, concatenated, to one logit)."""
+    from torch import nn
+
+    emb_total = sum(t.embedding_dim for t in task.tables)
+    return (nn.Sequential(nn.Linear(DENSE_FEATURES, 64), nn.ReLU(), nn.Linear(64, 32), nn.ReLU()),
+            nn.Sequential(nn.Linear(32 + emb_total, 128), nn.ReLU(), nn.Linear(128, 1)))
+
+
 def dlrm(task: Task):
     """The model: bottom MLP, the task's EmbeddingBagCollection (on meta: DMP materialises the shards), concatenation, top MLP."""
     import torch
@@ -141,14 +151,11 @@ def dlrm(task: Task):
 
     from ..search.torchrec_adapter import embedding_bag_collection
 
-    emb_total = sum(t.embedding_dim for t in task.tables)
-
     class DLRM(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.bottom = nn.Sequential(nn.Linear(DENSE_FEATURES, 64), nn.ReLU(), nn.Linear(64, 32), nn.ReLU())
+            self.bottom, self.top = dense_arch(task)
             self.sparse = embedding_bag_collection(task, device="meta")  # at MODULE_PATH
-            self.top = nn.Sequential(nn.Linear(32 + emb_total, 128), nn.ReLU(), nn.Linear(128, 1))
 
         def forward(self, dense: torch.Tensor, features) -> torch.Tensor:
             pooled = self.sparse(features).values()  # [B, sum of dims], tables in task order
