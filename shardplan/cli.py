@@ -273,7 +273,7 @@ def _cmd_train_dmp(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from .formats import load_plan
+    from .formats import load_plan, write_text_atomic
     from .report_html import render
     from .validate import validate_plan
 
@@ -284,12 +284,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         if p.cost is None:  # price it, so every plan in the report has a predicted cost
             p = replace(p, cost=_estimator(args).estimate(p))
         plans.append(p)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(render(plans))
-    tmp.replace(out)
-    print(f"wrote {out} ({len(plans)} plan(s))")
+    write_text_atomic(args.out, render(plans))
+    print(f"wrote {args.out} ({len(plans)} plan(s))")
     return 0
 
 

@@ -169,22 +169,27 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     return out
 
 
-def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
-    """Write JSON to ``path`` via a temp file in the same folder, renamed into place."""
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` via a temp file in the same folder, renamed into place, so a
+    failed run never leaves half a file behind."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
+            f.write(text)
         umask = os.umask(0)
         os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a plan is an ordinary file
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; these are ordinary files
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: str | os.PathLike, data: Any) -> None:
+    """Write JSON (indented) atomically, as :func:`write_text_atomic`."""
+    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 def save_task(task: Task, path: str | os.PathLike) -> None:

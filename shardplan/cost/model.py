@@ -27,6 +27,7 @@ from torch import nn
 from tqdm import tqdm
 
 from ..errors import InputError
+from ..formats import write_text_atomic
 from .features import FEATURE_NAMES, set_features
 from .specs import ShardSpec
 
@@ -193,8 +194,6 @@ class NeuralCostModel:
     def save(self, path: str | Path, metadata: dict[str, Any] | None = None) -> None:
         if self.net is None:
             raise RuntimeError("nothing to save: the model is not fitted")
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         self.metadata = {**self.metadata, **(metadata or {})}
         state = {
             "format": MODEL_FORMAT, "profile": self.profile, "feature_names": list(FEATURE_NAMES),
@@ -206,9 +205,7 @@ class NeuralCostModel:
             "metadata": {"saved": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                          **self.metadata},
         }
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(state))
-        tmp.replace(path)
+        write_text_atomic(path, json.dumps(state))
 
     @classmethod
     def load(cls, path: str | Path, profile: str | None = None) -> "NeuralCostModel":

@@ -31,6 +31,7 @@ from ..cost.estimator import PlanEstimator
 from ..cost.profiles import get_profile
 from ..domain import TableSharding, Task
 from ..errors import InfeasibleError, InputError
+from ..formats import write_text_atomic
 from .base import Searcher, register
 from .neuroshard import _require_incremental
 from .rl_env import RANK_FEATURES, PlacementEnv
@@ -76,9 +77,7 @@ def rollout(env: PlacementEnv, net: PolicyNet, mode: str, rng: np.random.Generat
 def save_policy(net: PolicyNet, path: Path, metadata: dict[str, Any]) -> None:
     state = {"format": POLICY_FORMAT, "features": list(RANK_FEATURES), "hidden": net.head[0].out_features,
              "state_dict": {k: v.tolist() for k, v in net.state_dict().items()}, "metadata": metadata}
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(state))
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(state))
 
 
 def load_policy(path: Path, profile: str | None = None) -> tuple[PolicyNet, dict[str, Any]]:
