@@ -24,6 +24,7 @@ import numpy as np
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import get_profile, machine_stamp
 from shardplan.errors import InputError
+from shardplan.formats import write_text_atomic
 from shardplan.pools import load_pool
 from shardplan.search import get_searcher
 from shardplan.search.rl import RLSearcher
@@ -68,9 +69,7 @@ def main() -> None:
     RLSearcher(samples=8).plan(task, est)
     lines += ["", f"Planning one 60-table, 8-rank task with `rl` (8 samples): {time.perf_counter() - t0:.3f} s "
               "(policy load included).", "", "Command: `.venv/bin/python bench/rl_transfer.py`"]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"rl-transfer-{args.profile}.md").write_text("\n".join(lines) + "\n")
+    write_text_atomic(Path(args.out) / f"rl-transfer-{args.profile}.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -20,6 +20,7 @@ from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import get_profile, machine_stamp
 from shardplan.domain import Table, Task, Topology
 from shardplan.errors import InputError
+from shardplan.formats import write_text_atomic
 from shardplan.memory import GB, table_bytes
 from shardplan.pools import load_pool
 from shardplan.search import DEFAULT_SEARCHER, get_searcher
@@ -75,9 +76,7 @@ def main() -> None:
           "| searcher | planning seconds | predicted plan cost (ms) | predicted imbalance |",
           "| --- | --- | --- | --- |"]
     md += [f"| {n} | {s:.2f} | {c} | {i} |" for n, s, c, i in rows]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"scale-{args.profile}.md").write_text("\n".join(md) + "\n")
+    write_text_atomic(Path(args.out) / f"scale-{args.profile}.md", "\n".join(md) + "\n")
     print("\n".join(md))
 
 
