@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +56,9 @@ class PolicyNet(nn.Module):
 
 
 def rollout(env: PlacementEnv, net: PolicyNet, mode: str, rng: np.random.Generator | None = None
-            ) -> tuple[float, torch.Tensor | None]:
-    """Run one episode: ``greedy`` (argmax), ``sample`` (no gradient) or ``train`` (returns Σ log π)."""
+            ) -> torch.Tensor | None:
+    """Run one episode: ``greedy`` (argmax), ``sample`` (no gradient) or ``train`` (returns Σ log π).
+    The placement is left in ``env`` (its cost: ``env.plan_cost()``)."""
     env.reset()
     logp = []
     while not env.done:
@@ -71,13 +73,19 @@ def rollout(env: PlacementEnv, net: PolicyNet, mode: str, rng: np.random.Generat
             if mode == "train":
                 logp.append(torch.log(p[a] + 1e-12))
         env.step(a)
-    return env.plan_cost(), (torch.stack(logp).sum() if logp else None)
+    return torch.stack(logp).sum() if logp else None
 
 
 def save_policy(net: PolicyNet, path: Path, metadata: dict[str, Any]) -> None:
     state = {"format": POLICY_FORMAT, "features": list(RANK_FEATURES), "hidden": net.head[0].out_features,
              "state_dict": {k: v.tolist() for k, v in net.state_dict().items()}, "metadata": metadata}
     write_text_atomic(path, json.dumps(state))
+
+
+@lru_cache(maxsize=4)
+def _read_policy(path: str, mtime_ns: int) -> tuple[PolicyNet, dict[str, Any]]:
+    """The parsed policy file, once per file version (planning would otherwise re-read it every call)."""
+    return load_policy(Path(path))
 
 
 def load_policy(path: Path, profile: str | None = None) -> tuple[PolicyNet, dict[str, Any]]:
@@ -92,11 +100,16 @@ def load_policy(path: Path, profile: str | None = None) -> tuple[PolicyNet, dict
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
         raise InputError(str(path), f"not a usable RL policy: {e}", "retrain it with `shardplan train-policy`") from None
     meta = state.get("metadata", {})
-    if profile is not None and meta.get("profile") != profile:
-        raise InputError(str(path), f"was trained for profile {meta.get('profile')!r}, not {profile!r}",
-                         "train a policy for this profile with `shardplan train-policy`")
+    if profile is not None:
+        _check_profile(path, meta, profile)
     net.eval()
     return net, meta
+
+
+def _check_profile(path: Path, meta: dict[str, Any], profile: str) -> None:
+    if meta.get("profile") != profile:
+        raise InputError(str(path), f"was trained for profile {meta.get('profile')!r}, not {profile!r}",
+                         "train a policy for this profile with `shardplan train-policy`")
 
 
 @register
@@ -116,7 +129,8 @@ class RLSearcher(Searcher):
         if not path.exists():
             raise InputError(str(path), "no RL policy for this profile",
                              f"run `shardplan train-policy --profile {estimator.profile}`")
-        net, _ = load_policy(path, estimator.profile)
+        net, meta = _read_policy(str(path), path.stat().st_mtime_ns)
+        _check_profile(path, meta, estimator.profile)
         env = PlacementEnv(task, estimator)
         rng = np.random.default_rng(seed)
         best: tuple[float, list[TableSharding]] | None = None
@@ -166,10 +180,10 @@ def train_policy(estimator: PlanEstimator, out: Path, updates: int = 300, tasks_
             except InputError:
                 continue
             lower = env.scale  # sum of solo predicted costs / ranks: no plan's compute is much below it
-            results = [rollout(env, net, "train", rng) for _ in range(rollouts)]
-            rewards = torch.tensor([-c / lower for c, _ in results])
+            results = [(lp, env.plan_cost()) for lp in (rollout(env, net, "train", rng) for _ in range(rollouts))]
+            rewards = torch.tensor([-c / lower for _, c in results])
             adv = rewards - rewards.mean()
-            loss = loss - sum(a * lp for a, (_, lp) in zip(adv, results) if lp is not None) / (rollouts * tasks_per_update)
+            loss = loss - sum(a * lp for a, (lp, _) in zip(adv, results) if lp is not None) / (rollouts * tasks_per_update)
             ratios.append(float(-rewards.mean()))
         opt.zero_grad()
         if loss.requires_grad:
