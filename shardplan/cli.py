@@ -248,12 +248,10 @@ def _cmd_train_dmp(args: argparse.Namespace) -> int:
     results = compare(plans, args.iterations, args.warmup, args.rounds, args.seed, backend)
     rows = []
     for name, runs in results.items():
-        losses = runs[-1].losses
-        k = max(1, len(losses) // 5)
+        first, last = runs[-1].loss_ends
         rows.append({"plan": name, "samples_per_s": round(statistics.median(r.samples_per_s for r in runs), 1),
                      "runs_samples_per_s": [round(r.samples_per_s, 1) for r in runs],
-                     "loss_first": round(statistics.fmean(losses[:k]), 4),
-                     "loss_last": round(statistics.fmean(losses[-k:]), 4),
+                     "loss_first": round(first, 4), "loss_last": round(last, 4),
                      "loss_fell": all(r.loss_fell for r in runs)})
     from tabulate import tabulate
 

@@ -57,9 +57,15 @@ class TrainResult:
     losses: list[float] = field(default_factory=list)  # mean over ranks, per iteration
 
     @property
-    def loss_fell(self) -> bool:
+    def loss_ends(self) -> tuple[float, float]:
+        """Mean loss over the first and over the last fifth of the timed iterations."""
         k = max(1, len(self.losses) // 5)
-        return float(np.mean(self.losses[-k:])) < float(np.mean(self.losses[:k]))
+        return float(np.mean(self.losses[:k])), float(np.mean(self.losses[-k:]))
+
+    @property
+    def loss_fell(self) -> bool:
+        first, last = self.loss_ends
+        return last < first
 
     def to_dict(self) -> dict:
         return {**asdict(self), "loss_fell": self.loss_fell,
