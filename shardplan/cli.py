@@ -16,6 +16,13 @@ COLLECT_POOLS = ("meta_synthetic", "criteo_kaggle", "criteo_terabyte", "mlperf_d
 DEFAULT_TASK = Path(__file__).resolve().parent.parent / "data" / "tasks" / "default.json"
 
 
+def command_line() -> str:
+    """The command this process runs, as results files record it (so they say how to reproduce them)."""
+    import shlex
+
+    return "shardplan " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
 def _estimator(args: argparse.Namespace):
     from .cost.estimator import load_estimator
 
@@ -190,7 +197,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     suite = Path(args.suite)
     name = args.name or f"bench-{args.profile}-{suite.name}"
     df = run_bench(suite, names, _estimator(args), args.profile, args.rounds, Path(args.out), name, args.seed,
-                   limit=args.limit, pattern=args.tasks)
+                   limit=args.limit, pattern=args.tasks, command=command_line())
     print(geomean_vs(df).to_string(index=False))
     print(f"wrote {args.out}/{name}.csv and .md")
     return 0
@@ -232,6 +239,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+MEASURED_DMP = ("measured: wall-clock of the timed iterations of a real multi-process TorchRec "
+                "DistributedModelParallel training (the slowest rank's), samples/s = global batch x "
+                "iterations / seconds; median over the interleaved rounds")
+
+
 def _cmd_train_dmp(args: argparse.Namespace) -> int:
     import statistics
 
@@ -259,8 +271,14 @@ def _cmd_train_dmp(args: argparse.Namespace) -> int:
           f"{plan.task.global_batch_size}, {args.iterations} timed iterations x {args.rounds} rounds (interleaved)")
     print(tabulate([{k: v for k, v in r.items() if k != "runs_samples_per_s"} for r in rows], headers="keys"))
     if args.out:
+        import datetime as dt
+
+        from .cost.profiles import machine_stamp
+
         write_json_atomic(args.out, {"task": plan.task.name, "backend": backend, "iterations": args.iterations,
-                                     "rounds": args.rounds, "results": rows,
+                                     "rounds": args.rounds, "measured": MEASURED_DMP, "machine": machine_stamp(),
+                                     "date": dt.date.today().isoformat(), "command": command_line(),
+                                     "results": rows,
                                      "runs": {n: [r.to_dict() for r in rs] for n, rs in results.items()}})
     if not all(r["loss_fell"] for r in rows):
         print("error: the loss did not fall", file=sys.stderr)

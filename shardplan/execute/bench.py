@@ -73,7 +73,7 @@ def geomean_vs(df: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
 
 def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profile: str, rounds: int,
               out_dir: Path, name: str, seed: int = 0, limit: int | None = None,
-              pattern: str = "*.json") -> pd.DataFrame:
+              pattern: str = "*.json", command: str = "") -> pd.DataFrame:
     tasks = sorted(suite.glob(pattern))[:limit]
     if not tasks:
         raise InputError(str(suite), "holds no task files (*.json)")
@@ -87,12 +87,12 @@ def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profi
     df = pd.DataFrame(rows)
     out_dir.mkdir(parents=True, exist_ok=True)
     df.to_csv(out_dir / f"{name}.csv", index=False)
-    (out_dir / f"{name}.md").write_text(bench_markdown(df, suite, profile, rounds, load_before, load1()))
+    (out_dir / f"{name}.md").write_text(bench_markdown(df, suite, profile, rounds, load_before, load1(), command))
     return df
 
 
 def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, load_before: float,
-                   load_after: float) -> str:
+                   load_after: float, command: str = "") -> str:
     summary = geomean_vs(df)
     greedy = summary[summary.searcher.str.startswith("greedy-")]
     if len(greedy):
@@ -110,7 +110,7 @@ def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, loa
              f"{load_after:.2f} after. Measured = per-rank fwd+bwd compute timed on real FBGEMM kernels "
              f"(median of {rounds} interleaved round(s), each the profile's median of repeats) plus comm "
              "from the profile's comm model; predicted = the neural cost model plus the same comm model. "
-             "Plan cost = slowest rank, ms.", "",
+             "Plan cost = slowest rank, ms." + (f" Command: `{command}`." if command else ""), "",
              "## Summary", "", summary.to_markdown(index=False, floatfmt=".3f"), "",
              "## Per task", "",
              df[["task", "tables", "ranks", "searcher", "measured_ms", "imbalance", "predicted_ms",
