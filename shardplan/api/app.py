@@ -119,7 +119,6 @@ def create_app(limits: Limits | None = None, profiles: Sequence[str] | None = No
                   description="Embedding-table sharding plans for DLRM training, priced by cost models "
                               "learned from real FBGEMM kernel measurements. Tasks and plans are the "
                               "`shardplan/task@1` and `shardplan/plan@1` formats of DESIGN.md.")
-    app.state.limits = limits
 
     @app.exception_handler(InputError)
     async def input_error(request: Request, exc: InputError) -> JSONResponse:
