@@ -44,6 +44,21 @@ def _cmd_collect_compute(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_collect_retime(args: argparse.Namespace) -> int:
+    from .cost.collect import retime
+    from .cost.profiles import get_profile
+
+    profile = get_profile(args.profile)
+    src, out = Path(args.src), Path(args.out)
+    if not src.is_file():
+        raise InputError("SRC", f"no cost-data file at {src}", "give a parquet file written by shardplan collect")
+    if src.resolve() == out.resolve():
+        raise InputError("--out", "is the source file", "write the new timings to another file")
+    df = retime(profile, src, out)
+    print(f"{out}: {len(df)} rows re-timed from {src}")
+    return 0
+
+
 def _cmd_collect_ranks(args: argparse.Namespace) -> int:
     from .cost.collect_ranks import collect_plan_ranks
     from .cost.profiles import get_profile
@@ -436,6 +451,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                          "are new data (default 0)")
     cr.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute-ranks.parquet)")
     cr.set_defaults(func=_cmd_collect_ranks)
+    ct = with_profile(csub.add_parser("retime", help="time every shard set of a cost-data file again, "
+                                                     "row by row (repeatability; resumable)"), model=False)
+    ct.add_argument("src", metavar="SRC", help="a parquet file of shardplan collect")
+    ct.add_argument("--out", required=True, help="parquet file for the new timings (with src_row)")
+    ct.set_defaults(func=_cmd_collect_retime)
     cm = with_profile(csub.add_parser("comm", help="measure gloo all-to-all and fit the comm model"),
                       model=False)
     cm.add_argument("--world-sizes", default="2,3,4")

@@ -29,9 +29,9 @@ import torch
 from tqdm import tqdm
 
 from ..domain import Table
-from .kernel import fbgemm_versions, time_specs_bracketed
-from .profiles import Profile, load1, machine_stamp
-from .specs import ShardSpec, specs_to_json
+from .kernel import fbgemm_versions, time_reference, time_specs_bracketed
+from .profiles import Profile, load1, machine_stamp, reference_ms
+from .specs import ShardSpec, specs_from_json, specs_to_json
 
 COLLECT_DIMS = (4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 COLLECT_DIM_WEIGHTS = (2, 3, 1, 3, 1, 3, 1, 3, 1, 3)
@@ -90,18 +90,84 @@ def _stamp(profile: Profile, optimizer: str, dtype: str) -> dict[str, object]:
             "threads": torch.get_num_threads(), "optimizer": optimizer, "dtype": dtype}
 
 
+COLLECT_ATTEMPTS = 4  # a sample timed while the machine was disturbed is retried (kernel.QUIET_TOLERANCE)
+
+
+def quiet_reference_ms(profile: Profile) -> float:
+    """The reference time of the quiet machine: the profile's ``reference.json`` or, on a
+    profile not yet trained, the fastest of a few timings now."""
+    return reference_ms(profile) or min(time_reference(profile.device) for _ in range(5))
+
+
 def timed_row(specs: list[ShardSpec], optimizer: str, dtype: str, profile: Profile, id_seed: int,
-              warmup: int, repeats: int) -> dict[str, object]:
+              warmup: int, repeats: int, quiet_ms: float) -> dict[str, object]:
     """One shard set timed as every cost-data row records it: the specs, medians and every repeat,
-    the protocol, the reference workload before and after, the load and the date."""
+    the protocol, the reference workload before and after (retried while it shows the machine
+    more than ``QUIET_TOLERANCE`` over ``quiet_ms``), the load and the date."""
     before = load1()
-    t, ref_before, ref_after = time_specs_bracketed(specs, optimizer, dtype, profile.device, id_seed, warmup, repeats)
+    b = time_specs_bracketed(specs, optimizer, dtype, profile.device, id_seed, warmup, repeats,
+                             quiet_ms=quiet_ms, max_attempts=COLLECT_ATTEMPTS)
+    t = b.timing
     return {"num_shards": len(specs), "batch_size": max(s.batch_size for s in specs),
-            "shards": specs_to_json(specs), "fwd_ms": t.fwd_ms, "bwd_ms": t.bwd_ms,
+            "shards": specs_to_json(specs), "id_seed": id_seed, "fwd_ms": t.fwd_ms, "bwd_ms": t.bwd_ms,
             "fwd_samples_ms": list(t.fwd_samples_ms), "bwd_samples_ms": list(t.bwd_samples_ms),
-            "warmup": warmup, "repeats": repeats, "ref_before_ms": ref_before, "ref_after_ms": ref_after,
+            "warmup": warmup, "repeats": repeats, "ref_before_ms": b.ref_before_ms, "ref_after_ms": b.ref_after_ms,
+            "attempts": b.attempts, "quiet_ms": quiet_ms,
             "load1_before": before, "load1_after": load1(),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+
+
+def row_id_seed(row: pd.Series) -> int:
+    """The id seed a stored row was timed with (rows before the ``id_seed`` column: random sets
+    used their sample index, plan ranks their task's sample number plus the rank)."""
+    if "id_seed" in row and pd.notna(row["id_seed"]):
+        return int(row["id_seed"])
+    return int(row["sample"]) + (int(row["rank"]) if row["source"] == "plan-rank" else 0)
+
+
+def _write_parquet(df: pd.DataFrame, out: Path) -> None:
+    tmp = out.with_suffix(".parquet.tmp")
+    df.to_parquet(tmp, index=False)
+    os.replace(tmp, out)
+
+
+RETIME_KEEP = ("seed", "sample", "source", "task", "searcher", "rank", "round")
+
+
+def retime(profile: Profile, src: Path, out: Path, flush_every: int = 25) -> pd.DataFrame:
+    """Time again, under the current protocol, every shard set of the cost-data file ``src``.
+
+    Rows of ``out`` keep ``src``'s identifying columns (seed, sample, source,
+    task, searcher, rank, round) and its id seeds, so the two files pair up row
+    by row (``src_row``): the pairs show how repeatable the labels are, and
+    ``out`` can replace ``src`` as cleaner data. Resumable.
+    """
+    if profile.device == "cpu" and profile.threads:
+        torch.set_num_threads(profile.threads)
+    source = pd.read_parquet(src)
+    existing = pd.read_parquet(out) if out.exists() else pd.DataFrame()
+    done = set(existing["src_row"]) if len(existing) else set()
+    quiet_ms = quiet_reference_ms(profile)
+    rows: list[dict] = []
+    out.parent.mkdir(parents=True, exist_ok=True)
+    todo = [i for i in range(len(source)) if i not in done]
+    for i in tqdm(todo, desc=f"retime {src.name} [{profile.name}]", initial=len(done), total=len(source)):
+        row = source.iloc[i]
+        keep = {k: row[k] for k in RETIME_KEEP if k in source.columns}
+        if row["source"] != "plan-rank-infeasible":  # those rows record a plan that did not exist
+            specs = specs_from_json(row["shards"])
+            keep |= timed_row(specs, str(row["optimizer"]), str(row["dtype"]), profile, row_id_seed(row),
+                              int(row["warmup"]), int(row["repeats"]), quiet_ms)
+            keep |= _stamp(profile, str(row["optimizer"]), str(row["dtype"]))
+        rows.append({"src_row": i, **keep})
+        if len(rows) >= flush_every:
+            existing = pd.concat([existing, pd.DataFrame(rows)], ignore_index=True)
+            _write_parquet(existing, out)
+            rows = []
+    if rows:
+        existing = pd.concat([existing, pd.DataFrame(rows)], ignore_index=True)
+        _write_parquet(existing, out)
+    return existing
 
 
 def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples: int, seed: int = 0,
@@ -120,6 +186,7 @@ def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples:
     done = set(existing.loc[existing["seed"] == seed, "sample"]) if len(existing) else set()
     todo = [i for i in range(num_samples) if i not in done]
     stamp = _stamp(profile, optimizer, dtype)
+    quiet_ms = quiet_reference_ms(profile)
     rows: list[dict] = []
 
     def flush() -> None:
@@ -127,9 +194,7 @@ def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples:
         if not rows:
             return
         existing = pd.concat([existing, pd.DataFrame(rows)], ignore_index=True)
-        tmp = out.with_suffix(".parquet.tmp")
-        existing.to_parquet(tmp, index=False)
-        os.replace(tmp, out)
+        _write_parquet(existing, out)
         rows = []
 
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -137,7 +202,7 @@ def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples:
         rng = np.random.default_rng([seed, i])
         specs = random_sample(rng, pool, profile, min_shards, max_shards)
         rows.append({"seed": seed, "sample": i, "source": "random",
-                     **timed_row(specs, optimizer, dtype, profile, i, warmup, repeats), **stamp})
+                     **timed_row(specs, optimizer, dtype, profile, i, warmup, repeats, quiet_ms), **stamp})
         if len(rows) >= flush_every:
             flush()
     flush()

@@ -16,7 +16,6 @@ All ranks of a task share one ``sample`` number, so the train/held-out split
 """
 from __future__ import annotations
 
-import os
 import zlib
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from tqdm import tqdm
 
 from ..errors import InputError
 from ..formats import load_task
-from .collect import _stamp, timed_row
+from .collect import _stamp, _write_parquet, quiet_reference_ms, timed_row
 from .estimator import PlanEstimator
 from .profiles import Profile
 from .specs import rank_specs
@@ -54,6 +53,7 @@ def collect_plan_ranks(profile: Profile, task_paths: list[Path], searchers: list
     done = set(zip(existing["task"], existing["searcher"], existing["round"])) if len(existing) else set()
     todo = [(p, s) for p in task_paths for s in searchers]
     stamp = _stamp(profile, optimizer, "fp32")
+    quiet_ms = quiet_reference_ms(profile)
     out.parent.mkdir(parents=True, exist_ok=True)
     for path, searcher in tqdm(todo, desc=f"collect plan ranks [{profile.name}]"):
         task = load_task(path)
@@ -74,9 +74,7 @@ def collect_plan_ranks(profile: Profile, task_paths: list[Path], searchers: list
                 rows.append({"seed": RANKS_SEED, "sample": task_sample(task.name), "source": "plan-rank",
                              "task": task.name, "searcher": searcher, "rank": rank, "round": round_,
                              **timed_row(specs, task.optimizer, task.dtype, profile, task_sample(task.name) + rank,
-                                         profile.warmup, profile.repeats), **stamp})
+                                         profile.warmup, profile.repeats, quiet_ms), **stamp})
         existing = pd.concat([existing, pd.DataFrame(rows)], ignore_index=True)
-        tmp = out.with_suffix(".parquet.tmp")  # after every plan, so a stop loses at most one
-        existing.to_parquet(tmp, index=False)
-        os.replace(tmp, out)
+        _write_parquet(existing, out)  # after every plan, so a stop loses at most one
     return existing

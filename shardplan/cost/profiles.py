@@ -5,6 +5,7 @@ model file records its profile and loading it for another one is an error.
 """
 from __future__ import annotations
 
+import json
 import os
 import platform
 from dataclasses import dataclass
@@ -92,3 +93,9 @@ def load1() -> float:
         return os.getloadavg()[0]
     except OSError:
         return float("nan")
+
+
+def reference_ms(profile: Profile) -> float | None:
+    """The profile's quiet-machine reference time, if ``shardplan train`` has written it."""
+    path = profile.dir / "reference.json"
+    return float(json.loads(path.read_text())["reference_ms"]) if path.exists() else None

@@ -16,7 +16,6 @@ here: it comes from the profile's comm model, and the cost block says so.
 """
 from __future__ import annotations
 
-import json
 import statistics
 
 import torch
@@ -24,18 +23,13 @@ import torch
 from ..cost.comm import rank_volumes
 from ..cost.estimator import comm_model_for
 from ..cost.kernel import slowdown, time_specs, time_specs_bracketed
-from ..cost.profiles import Profile, get_profile, load1
+from ..cost.profiles import Profile, get_profile, load1, reference_ms
 from ..cost.specs import ShardSpec, rank_specs
 from ..domain import Plan, PlanCost, RankCost
 from ..memory import rank_memory_gb
 
 MEASURE_ID_SEED = 1_000_003  # ids independent of the collector's (which uses the sample index)
-
-
-def reference_ms(profile: Profile) -> float | None:
-    """The profile's quiet-machine reference time, if ``shardplan train`` has written it."""
-    path = profile.dir / "reference.json"
-    return float(json.loads(path.read_text())["reference_ms"]) if path.exists() else None
+MEASURE_ATTEMPTS = 3  # a rank timed while the machine was disturbed is timed again (kernel.QUIET_TOLERANCE)
 
 
 def time_rank(specs: list[ShardSpec], optimizer: str, dtype: str, profile: Profile,
@@ -47,10 +41,10 @@ def time_rank(specs: list[ShardSpec], optimizer: str, dtype: str, profile: Profi
         t = time_specs(specs, optimizer, dtype, profile.device, id_seed=MEASURE_ID_SEED,
                        warmup=profile.warmup, repeats=profile.repeats)
         return t.fwd_ms, t.bwd_ms, 1.0
-    t, before, after = time_specs_bracketed(specs, optimizer, dtype, profile.device, MEASURE_ID_SEED,
-                                            profile.warmup, profile.repeats)
-    factor = slowdown(before, after, nominal)
-    return t.fwd_ms / factor, t.bwd_ms / factor, factor
+    b = time_specs_bracketed(specs, optimizer, dtype, profile.device, MEASURE_ID_SEED, profile.warmup,
+                             profile.repeats, quiet_ms=nominal, max_attempts=MEASURE_ATTEMPTS)
+    factor = slowdown(b.ref_before_ms, b.ref_after_ms, nominal)
+    return b.timing.fwd_ms / factor, b.timing.bwd_ms / factor, factor
 
 
 def measure_plans(plans: list[Plan], profile_name: str = "cpu-2c", rounds: int = 1) -> list[PlanCost]:

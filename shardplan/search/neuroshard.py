@@ -289,6 +289,34 @@ def _initial_state(task: Task, allowed: frozenset[str] | None = None) -> State:
     return tuple(kinds[t.name] for t in task.tables)
 
 
+# A whole table predicted to cost more than this share of the ideal per-rank compute (all
+# tables' predicted cost over the ranks) is too coarse a unit to balance by placement alone.
+HOT_SHARE = 0.5
+
+
+def hot_split_state(task: Task, state: State, placer: _Placer, hot_share: float = HOT_SHARE) -> State:
+    """``state`` with each hot whole table cut into the fewest column blocks (2, 4, 8, ...; at most its
+    dim / 4 and the ranks) whose predicted share is within ``hot_share`` of the ideal per-rank compute.
+
+    This is the split step of AutoShard/DreamShard-style placement: a cost-driven rule, not a search,
+    for searchers that only place units (``rl``).
+    """
+    specs = [placer.spec(t, "table_wise", Shard(0, 0, t.num_embeddings, 0, t.embedding_dim)) for t in task.tables]
+    _, times = placer.encode(specs)
+    solo = times.sum(axis=1)
+    limit = hot_share * float(solo.sum()) / task.topology.world_size
+    out = list(state)
+    for i, t in enumerate(task.tables):
+        if state[i] != ("tw", 1):
+            continue
+        k = 1
+        while solo[i] / k > limit and 2 * k <= min(max_blocks(t), task.topology.world_size):
+            k *= 2
+        if k > 1:
+            out[i] = ("cw", k)
+    return tuple(out)
+
+
 @register
 class NeuroShardTableWise(Searcher):
     name = "neuroshard-tw"

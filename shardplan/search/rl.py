@@ -13,7 +13,9 @@ Meta-like pool (even table indices); the other half is kept for evaluation.
 Planning (``--searcher rl``) decodes greedily and, with ``samples > 0``, also
 samples that many plans, keeping the best by predicted cost; then the grid
 search's local improvement polishes it. A 60-table task is one forward pass
-per table.
+per table. This runs twice: on whole tables, and with the hot tables cut into
+column blocks first (the split step, :data:`SPLIT_CHOICES`); the cheaper plan
+by predicted cost wins. Training episodes see both kinds of unit.
 """
 from __future__ import annotations
 
@@ -34,10 +36,13 @@ from ..domain import TableSharding, Task
 from ..errors import InfeasibleError, InputError
 from ..formats import write_text_atomic
 from .base import Searcher, register
-from .neuroshard import _require_incremental
+from .neuroshard import HOT_SHARE, _require_incremental
 from .rl_env import RANK_FEATURES, PlacementEnv
 
 POLICY_FORMAT = "shardplan/rl-policy@1"
+# The split step's choices, tried in turn: whole tables, and hot tables cut into column blocks.
+# Neither wins everywhere (splitting adds per-block lookup work), so the cost model decides per task.
+SPLIT_CHOICES: tuple[float | None, ...] = (None, HOT_SHARE)
 
 
 class PolicyNet(nn.Module):
@@ -131,17 +136,18 @@ class RLSearcher(Searcher):
                              f"run `shardplan train-policy --profile {estimator.profile}`")
         net, meta = _read_policy(str(path), path.stat().st_mtime_ns)
         _check_profile(path, meta, estimator.profile)
-        env = PlacementEnv(task, estimator)
-        rng = np.random.default_rng(seed)
         best: tuple[float, list[TableSharding]] | None = None
-        for k in range(1 + self.samples):
-            rollout(env, net, "greedy" if k == 0 else "sample", rng)
-            if env.overflowed:
-                continue
-            env.refine()
-            cost = env.plan_cost()
-            if best is None or cost < best[0]:
-                best = (cost, env.tables())
+        for hot_share in SPLIT_CHOICES:
+            env = PlacementEnv(task, estimator, hot_share)
+            rng = np.random.default_rng(seed)
+            for k in range(1 + self.samples):
+                rollout(env, net, "greedy" if k == 0 else "sample", rng)
+                if env.overflowed:
+                    continue
+                env.refine()
+                cost = env.plan_cost()
+                if best is None or cost < best[0]:
+                    best = (cost, env.tables())
         if best is None:
             raise InfeasibleError("task", f"the policy's plans ({1 + self.samples}) all overflow a rank's memory",
                                   "use a packing searcher (neuroshard, greedy-size) or raise memory_per_rank_gb")
@@ -176,7 +182,7 @@ def train_policy(estimator: PlanEstimator, out: Path, updates: int = 300, tasks_
         for k in range(tasks_per_update):
             task = generate_task(rng, train_pool, f"rl-train-{u}-{k}", profile, num_tables=(10, 60))
             try:
-                env = PlacementEnv(task, estimator)
+                env = PlacementEnv(task, estimator, SPLIT_CHOICES[k % len(SPLIT_CHOICES)])
             except InputError:
                 continue
             lower = env.scale  # sum of solo predicted costs / ranks: no plan's compute is much below it

@@ -1,9 +1,11 @@
 """The placement environment the RL searcher learns in (AutoShard / DreamShard style).
 
-An episode places a task's units (whole tables; a table too large for one
+An episode places a task's units one at a time, in descending order of
+predicted cost. Units are whole tables, except that a table too large for one
 rank is first cut into column blocks, or row-wise, as the NeuroShard searchers
-start) one at a time, in
-descending order of predicted cost. The observation for a step is one feature
+start; with ``hot_share``, a table predicted to cost more than that share of a
+rank's fair share is cut into column blocks too
+(:func:`~shardplan.search.neuroshard.hot_split_state`). The observation for a step is one feature
 row per rank, built from the learned cost model: the rank's predicted cost now
 and if it takes the unit (the fused-kernel prediction, via the model's
 incremental sums), its memory and summed dims (what its all-to-all moves)
@@ -19,7 +21,7 @@ import numpy as np
 from ..cost.estimator import PlanEstimator
 from ..domain import Plan, TableSharding, Task
 from ..memory import GB
-from .neuroshard import Unit, _initial_state, _materialise, _Placer
+from .neuroshard import Unit, _initial_state, _materialise, _Placer, hot_split_state
 
 RANK_FEATURES = ("cost_now", "cost_after", "after_minus_max_now", "after_minus_min_after", "mem_after",
                  "dims_after", "count_after", "unit_cost", "unit_mem", "progress")
@@ -28,11 +30,14 @@ RANK_FEATURES = ("cost_now", "cost_after", "after_minus_max_now", "after_minus_m
 class PlacementEnv:
     """One task's placement episode over the predicted costs of ``estimator``."""
 
-    def __init__(self, task: Task, estimator: PlanEstimator) -> None:
+    def __init__(self, task: Task, estimator: PlanEstimator, hot_share: float | None = None) -> None:
         self.task = task
         self.est = estimator
         self.placer = _Placer(task, estimator)
-        units, self.fixed = _materialise(task, _initial_state(task))
+        state = _initial_state(task)
+        if hot_share is not None:
+            state = hot_split_state(task, state, self.placer, hot_share)
+        units, self.fixed = _materialise(task, state)
         codes, times, need = self.placer.unit_inputs(units)
         solo = times.sum(axis=1)
         order = sorted(range(len(units)), key=lambda i: (-solo[i], units[i].table.name))
