@@ -10,8 +10,12 @@ FBGEMM table-batched op on the global batch; forward and backward are timed
 
 Beside each sample the fixed reference workload of
 :func:`shardplan.cost.kernel.time_reference` is timed just before and just
-after it; training divides the machine's drift out with those two figures (the
-raw times are what is stored).
+after it; a sample whose reference shows the machine disturbed is timed again
+(up to ``COLLECT_ATTEMPTS``), and training divides what drift remains out with
+those two figures (the raw times are what is stored). Dividing alone is not
+enough: re-timing sets taken on a disturbed machine moved their labels by 20%
+on average, where two quiet timings agree within 6%
+(``data/profiles/cpu-2c/label-repeatability.md``).
 
 Rows go to ``data/profiles/<profile>/compute.parquet``. Sample ``i`` is drawn
 from ``default_rng([seed, i])``, so a stopped run resumes where it stopped and

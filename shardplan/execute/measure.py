@@ -7,7 +7,10 @@ with the profile's protocol. The fixed reference workload is timed just before
 and after each rank, and the rank's times are divided by the machine's
 slowdown at that moment against the profile's quiet reference
 (``reference.json``, written by ``shardplan train``), as the training labels
-were: this machine's speed drifts by up to 3x for seconds at a time.
+were: this machine's speed drifts by up to 3x for seconds at a time. A rank
+whose reference shows the machine disturbed (more than
+``kernel.QUIET_TOLERANCE`` over quiet) is timed again, up to
+``MEASURE_ATTEMPTS`` times, as the collector does.
 
 Several plans are measured interleaved: in each round, the plans take turns
 rank by rank, in an order rotated from round to round, so noise hits them

@@ -1,0 +1,105 @@
+"""How repeatable the cost-data labels are: a cost-data file against its re-timing.
+
+``shardplan collect retime SRC --out NEW`` times every shard set of SRC again
+(same sets, same ids); this script pairs the two files row by row and reports
+how far apart the labels are: fwd+bwd ms, raw and divided by each timing's
+machine slowdown (the training labels), as the mean and median relative
+difference, with each file's slowdown and the retimer's attempts. Pass
+several NEW files to compare them with each other too. Prints a table and
+writes ``<out>.md``.
+
+    .venv/bin/python bench/label_repeatability.py OLD.parquet NEW.parquet --out data/profiles/cpu-2c/label-repeatability
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import itertools
+import shlex
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tabulate import tabulate
+
+from shardplan.cost.kernel import slowdown
+from shardplan.cost.profiles import get_profile, reference_ms
+from shardplan.formats import write_text_atomic
+
+
+def _labels(df: pd.DataFrame, nominal: float) -> tuple[np.ndarray, np.ndarray]:
+    raw = (df["fwd_ms"] + df["bwd_ms"]).to_numpy()
+    return raw, raw / slowdown(df["ref_before_ms"].to_numpy(), df["ref_after_ms"].to_numpy(), nominal)
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """|a - b| over their mean: symmetric, so neither file is taken as the truth."""
+    return np.abs(a - b) / (0.5 * (a + b))
+
+
+def compare(files: list[Path], nominal: float) -> tuple[list[dict], int]:
+    frames = []
+    for f in files:
+        df = pd.read_parquet(f)
+        df = df[df["source"] != "plan-rank-infeasible"]
+        if "src_row" not in df:  # the original file: its row numbers are what the re-timings point at
+            df = df.assign(src_row=df.index)
+        frames.append(df.set_index("src_row"))
+    common = frames[0].index
+    for df in frames[1:]:
+        common = common.intersection(df.index)
+    frames = [df.loc[common] for df in frames]
+    rows = []
+    for (fa, a), (fb, b) in itertools.combinations(zip(files, frames), 2):
+        raw_a, lab_a = _labels(a, nominal)
+        raw_b, lab_b = _labels(b, nominal)
+        r_raw, r_lab = _rel(raw_a, raw_b), _rel(lab_a, lab_b)
+        rows.append({"pair": f"{fa} vs {fb}", "sets": len(common),
+                     "labels: mean diff": f"{r_lab.mean() * 100:.1f}%",
+                     "labels: median diff": f"{np.median(r_lab) * 100:.1f}%",
+                     "labels: within 10%": f"{(r_lab <= 0.10).mean() * 100:.0f}%",
+                     "raw: mean diff": f"{r_raw.mean() * 100:.1f}%"})
+    return rows, len(common)
+
+
+def describe(files: list[Path], nominal: float) -> list[dict]:
+    out = []
+    for f in files:
+        df = pd.read_parquet(f)
+        df = df[df["source"] != "plan-rank-infeasible"]
+        s = slowdown(df["ref_before_ms"].to_numpy(), df["ref_after_ms"].to_numpy(), nominal)
+        out.append({"file": str(f), "rows": len(df), "dates": f"{df['date'].min()} .. {df['date'].max()}",
+                    "slowdown median": f"{np.median(s):.2f}", "slowdown p90": f"{np.percentile(s, 90):.2f}",
+                    "retried": (f"{(df['attempts'] > 1).mean() * 100:.1f}%" if "attempts" in df else "(no gate)")})
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("files", nargs="+", type=Path, help="the original cost-data file first, then its re-timings")
+    ap.add_argument("--profile", default="cpu-2c")
+    ap.add_argument("--out", required=True, help="report path without suffix")
+    args = ap.parse_args()
+    if len(args.files) < 2:
+        ap.error("give a cost-data file and at least one re-timing of it")
+    nominal = reference_ms(get_profile(args.profile))
+    if nominal is None:
+        ap.error(f"profile {args.profile} has no reference.json (run shardplan train first)")
+    pairs, n = compare(args.files, nominal)
+    files = describe(args.files, nominal)
+    md = "\n".join([
+        f"# Label repeatability: {args.files[0].name}", "",
+        f"Date {dt.date.today().isoformat()}. The same {n} shard sets (same ids) timed more than once on real "
+        "FBGEMM kernels; 'labels' are fwd+bwd ms divided by the machine's slowdown during each timing "
+        f"(reference workload before/after over the quiet reference, {nominal:.4f} ms), as training uses them. "
+        "A difference is |a - b| over their mean.",
+        f"Command: `{' '.join(shlex.quote(a) for a in ['.venv/bin/python', *sys.argv])}`", "",
+        "## Files", "", tabulate(files, headers="keys", tablefmt="github"), "",
+        "## Pairs", "", tabulate(pairs, headers="keys", tablefmt="github"), ""])
+    print(md)
+    write_text_atomic(Path(args.out).with_suffix(".md"), md)
+
+
+if __name__ == "__main__":
+    main()
