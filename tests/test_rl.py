@@ -59,6 +59,18 @@ def test_training_resumes_to_the_same_policy(estimator, policy, tmp_path) -> Non
     assert meta["profile"] == "cpu-2c" and "train-policy" in meta["command"]
 
 
+def test_a_checkpoint_of_another_run_is_not_resumed(estimator, policy, tmp_path) -> None:
+    """A stale checkpoint (another seed, or another cost model) must not leak into a new policy."""
+    out = tmp_path / "p.json"
+    train_policy(estimator, out, updates=2, tasks_per_update=2, rollouts=2, seed=5, progress=False,
+                 checkpoint_every=2)
+    train_policy(estimator, out, updates=4, tasks_per_update=2, rollouts=2, progress=False, checkpoint_every=2)
+    fresh, _ = load_policy(out)
+    straight, _ = load_policy(policy)  # seed 0 from scratch
+    for (k, v), (_, w) in zip(fresh.state_dict().items(), straight.state_dict().items()):
+        assert torch.allclose(v, w), k
+
+
 def test_corrupt_or_foreign_policy_is_a_clear_error(policy, tmp_path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")

@@ -96,4 +96,6 @@ def load_estimator(profile_name: str = "cpu-2c", model_path: str | Path | None =
         raise InputError(str(path), "no compute-cost model for this profile",
                          f"run `shardplan train --profile {profile.name}`")
     compute = NeuralCostModel.load(path, profile=profile.name)
-    return PlanEstimator(compute, comm_model_for(profile), profile.name, f"neural ({path.name})")
+    saved = compute.metadata.get("saved")
+    return PlanEstimator(compute, comm_model_for(profile), profile.name,
+                         f"neural ({path.name}" + (f", saved {saved})" if saved else ")"))

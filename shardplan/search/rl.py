@@ -168,12 +168,18 @@ def train_policy(estimator: PlanEstimator, out: Path, updates: int = 300, tasks_
     net = PolicyNet()
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     ckpt = out.with_suffix(".ckpt")
+    # A checkpoint resumes only the run that wrote it: same cost model, settings and split step.
+    config = {"cost_model": estimator.compute_name, "tasks_per_update": tasks_per_update, "rollouts": rollouts,
+              "lr": lr, "seed": seed, "split_choices": list(SPLIT_CHOICES)}
     start, history = 0, []
     if ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
-        net.load_state_dict(state["net"])
-        opt.load_state_dict(state["opt"])
-        start, history = state["update"], state["history"]
+        if state.get("config") == config:
+            net.load_state_dict(state["net"])
+            opt.load_state_dict(state["opt"])
+            start, history = state["update"], state["history"]
+        elif progress:
+            print(f"{ckpt}: written by another run ({state.get('config')}); starting afresh")
     bar = tqdm(range(start, updates), desc="train rl policy", initial=start, total=updates, disable=not progress)
     for u in bar:
         rng = np.random.default_rng([seed, u])  # per update, so a resumed run draws what an unbroken one would
@@ -199,7 +205,8 @@ def train_policy(estimator: PlanEstimator, out: Path, updates: int = 300, tasks_
         history.append(float(np.mean(ratios)) if ratios else float("nan"))
         bar.set_postfix(cost_over_bound=f"{history[-1]:.3f}")
         if (u + 1) % checkpoint_every == 0 or u + 1 == updates:
-            torch.save({"net": net.state_dict(), "opt": opt.state_dict(), "update": u + 1, "history": history}, ckpt)
+            torch.save({"net": net.state_dict(), "opt": opt.state_dict(), "update": u + 1, "history": history,
+                        "config": config}, ckpt)
     meta = {"profile": profile.name, "cost_model": estimator.compute_name, "updates": updates,
             "tasks_per_update": tasks_per_update, "rollouts": rollouts, "lr": lr, "seed": seed,
             "train_pool": "meta_synthetic, even table indices (odd half held out)",
