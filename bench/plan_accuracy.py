@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import shlex
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +71,7 @@ def main() -> None:
                f"({args.rounds} round(s)): MAPE {abs_err.mean() * 100:.1f}%, median {abs_err.median() * 100:.1f}%, "
                f"within 15%: {(abs_err <= 0.15).mean() * 100:.0f}% of ranks, worst {abs_err.max() * 100:.1f}%.")
     md = [f"# Predicted vs measured rank compute on {args.searcher} plans of `{args.suite}`", "",
-          f"Command: `.venv/bin/python bench/plan_accuracy.py --suite {args.suite} --searcher {args.searcher}`  ",
+          f"Command: `.venv/bin/python bench/plan_accuracy.py {shlex.join(sys.argv[1:])}`  ",
           f"Date {dt.date.today()}, {machine_stamp()['cpu_model']}, load {load_before:.2f} before / "
           f"{load1():.2f} after.", "", summary, "",
           "| task | ranks | max shards/rank | MAPE | worst rank error |", "| --- | --- | --- | --- | --- |"]
