@@ -29,7 +29,7 @@ import numpy as np
 from ..cost.estimator import PlanEstimator
 from ..cost.specs import ShardSpec
 from ..domain import Plan, Shard, Table, TableSharding, Task
-from ..errors import InfeasibleError, InputError
+from ..errors import InfeasibleError
 from ..memory import GB, shard_bytes
 from .base import Searcher, register
 from .placement import row_wise_shards
@@ -349,18 +349,13 @@ class NeuroShardBeam(Searcher):
 
     def __init__(self, beam_width: int = 3, steps: int = 4, candidates: int = 6, max_work: float = 5e6,
                  grid: tuple[float, ...] = GRID, on_step: Callable[[int, float], None] | None = None,
-                 sharding_types: frozenset[str] | None = None, trust_margin: float = 0.0) -> None:
+                 sharding_types: frozenset[str] | None = None) -> None:
         """``max_work`` bounds the search in placement evaluations (units x ranks x grid points per
         scored state), not seconds, so that a plan does not depend on how busy the machine is.
-        ``on_step(step, best_predicted_ms)`` is called after each beam step (Optuna prunes there).
-        ``trust_margin``: each table sharded otherwise than in the starting state must earn this share
-        of predicted cost (states rank by cost x (1 + margin) ** tables changed), because the model
-        is least sure exactly where the search departs from whole tables."""
-        if trust_margin < 0:
-            raise InputError("trust_margin", f"must be >= 0, got {trust_margin}")
+        ``on_step(step, best_predicted_ms)`` is called after each beam step (Optuna prunes there)."""
         self.beam_width, self.steps, self.candidates = beam_width, steps, candidates
         self.max_work, self.grid, self.on_step = max_work, grid, on_step
-        self.sharding_types, self.trust_margin = sharding_types, trust_margin
+        self.sharding_types = sharding_types
 
     def _allows(self, kind: str) -> bool:
         return self.sharding_types is None or kind in self.sharding_types
@@ -408,11 +403,6 @@ class NeuroShardBeam(Searcher):
             return scored[state]
 
         start = _initial_state(task, self.sharding_types)
-
-        def trusted(state: State) -> float:
-            changed = sum(a != b for a, b in zip(state, start))
-            return scored[state][0] * (1.0 + self.trust_margin) ** changed
-
         if score(start) is None:
             raise InfeasibleError("task", "no placement fits every rank's memory, even with oversized tables "
                                   "split row-wise", "raise topology.memory_per_rank_gb or add ranks")
@@ -423,7 +413,7 @@ class NeuroShardBeam(Searcher):
                 if work > self.max_work:
                     break
                 score(c)
-            ranked = sorted((s for s in set(beam) | children if scored.get(s)), key=lambda s: (trusted(s), s))
+            ranked = sorted((s for s in set(beam) | children if scored.get(s)), key=lambda s: (scored[s][0], s))
             new_beam = ranked[: self.beam_width]
             done = new_beam == beam or work > self.max_work
             beam = new_beam
