@@ -81,3 +81,19 @@ def test_corrupt_or_foreign_policy_is_a_clear_error(policy, tmp_path) -> None:
     (tmp_path / "h100.json").write_text(json.dumps(state))
     with pytest.raises(InputError, match="trained for profile 'h100'"):
         load_policy(tmp_path / "h100.json", "cpu-2c")
+
+
+def test_split_step_cuts_only_hot_tables(estimator, task_dict) -> None:
+    """hot_split_state cuts a table into column blocks only when its predicted cost exceeds the share."""
+    from shardplan.search.neuroshard import _initial_state, _Placer, hot_split_state
+
+    task = load_task(task_dict)
+    placer = _Placer(task, estimator)
+    start = _initial_state(task)
+    assert hot_split_state(task, start, placer, hot_share=100.0) == start  # nothing is that hot
+    cut = hot_split_state(task, start, placer, hot_share=1e-6)  # everything is: as many blocks as allowed
+    for t, (kind, k) in zip(task.tables, cut):
+        most = 1 << (min(t.embedding_dim // 4, task.topology.world_size).bit_length() - 1)  # power of 2
+        assert (kind, k) == (("cw", most) if most >= 2 else ("tw", 1))
+    env = PlacementEnv(task, estimator, hot_share=1e-6)
+    assert len(env.units) > len(PlacementEnv(task, estimator).units)

@@ -228,7 +228,8 @@ def time_specs_bracketed(specs: list[ShardSpec], optimizer: str, dtype: str, dev
             best = BracketedTiming(t, before, after, attempt)
         if quiet_ms is None or max(before, after) <= QUIET_TOLERANCE * quiet_ms:
             break
-        time.sleep(attempt)
+        if attempt < max_attempts:
+            time.sleep(attempt)
     assert best is not None
     return BracketedTiming(best.timing, best.ref_before_ms, best.ref_after_ms, attempt)
 
