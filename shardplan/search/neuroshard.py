@@ -141,6 +141,11 @@ class _Placer:
                 dims[sh.rank] += sh.num_cols
         return code_sum, time_sum, count, mem, dims
 
+    def table_costs(self) -> np.ndarray:
+        """Each table's predicted fwd+bwd ms alone on a rank, whole (in task order)."""
+        specs = [self.spec(t, "table_wise", Shard(0, 0, t.num_embeddings, 0, t.embedding_dim)) for t in self.task.tables]
+        return self.encode(specs)[1].sum(axis=1)
+
     def unit_inputs(self, units: list[Unit]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each unit's code, own (fwd, bwd) times and bytes, as it would sit on a rank."""
         if not units:
@@ -301,9 +306,7 @@ def hot_split_state(task: Task, state: State, placer: _Placer, hot_share: float 
     This is the split step of AutoShard/DreamShard-style placement: a cost-driven rule, not a search,
     for searchers that only place units (``rl``).
     """
-    specs = [placer.spec(t, "table_wise", Shard(0, 0, t.num_embeddings, 0, t.embedding_dim)) for t in task.tables]
-    _, times = placer.encode(specs)
-    solo = times.sum(axis=1)
+    solo = placer.table_costs()
     limit = hot_share * float(solo.sum()) / task.topology.world_size
     out = list(state)
     for i, t in enumerate(task.tables):
@@ -363,9 +366,7 @@ class NeuroShardBeam(Searcher):
     def _moves(self, task: Task, state: State, placer: _Placer) -> list[State]:
         """Neighbouring states: split a costly table further, make it row-wise, or replicate a small one."""
         tables = task.tables
-        specs = [placer.spec(t, "table_wise", Shard(0, 0, t.num_embeddings, 0, t.embedding_dim)) for t in tables]
-        _, times = placer.encode(specs)
-        solo = times.sum(axis=1)
+        solo = placer.table_costs()
         per_block = [solo[i] / (state[i][1] if state[i][0] in ("tw", "cw") else 1e9) for i in range(len(tables))]
         order = sorted(range(len(tables)), key=lambda i: -per_block[i])[: self.candidates]
         out: list[State] = []

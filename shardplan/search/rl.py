@@ -36,7 +36,7 @@ from ..domain import TableSharding, Task
 from ..errors import InfeasibleError, InputError
 from ..formats import write_text_atomic
 from .base import Searcher, register
-from .neuroshard import HOT_SHARE, _require_incremental
+from .neuroshard import HOT_SHARE, _Placer, _require_incremental
 from .rl_env import RANK_FEATURES, PlacementEnv
 
 POLICY_FORMAT = "shardplan/rl-policy@1"
@@ -137,8 +137,9 @@ class RLSearcher(Searcher):
         net, meta = _read_policy(str(path), path.stat().st_mtime_ns)
         _check_profile(path, meta, estimator.profile)
         best: tuple[float, list[TableSharding]] | None = None
+        placer = _Placer(task, estimator)
         for hot_share in SPLIT_CHOICES:
-            env = PlacementEnv(task, estimator, hot_share)
+            env = PlacementEnv(task, estimator, hot_share, placer)
             rng = np.random.default_rng(seed)
             for k in range(1 + self.samples):
                 rollout(env, net, "greedy" if k == 0 else "sample", rng)

@@ -30,10 +30,13 @@ RANK_FEATURES = ("cost_now", "cost_after", "after_minus_max_now", "after_minus_m
 class PlacementEnv:
     """One task's placement episode over the predicted costs of ``estimator``."""
 
-    def __init__(self, task: Task, estimator: PlanEstimator, hot_share: float | None = None) -> None:
+    def __init__(self, task: Task, estimator: PlanEstimator, hot_share: float | None = None,
+                 placer: _Placer | None = None) -> None:
+        """``placer``: one already made for this task and estimator, to reuse its shard encodings
+        (the rl searcher builds an episode per split choice of the same task)."""
         self.task = task
         self.est = estimator
-        self.placer = _Placer(task, estimator)
+        self.placer = placer or _Placer(task, estimator)
         state = _initial_state(task)
         if hot_share is not None:
             state = hot_split_state(task, state, self.placer, hot_share)
