@@ -129,10 +129,16 @@ def row_id_seed(row: pd.Series) -> int:
     return int(row["sample"]) + (int(row["rank"]) if row["source"] == "plan-rank" else 0)
 
 
-def _write_parquet(df: pd.DataFrame, out: Path) -> None:
+def append_rows(existing: pd.DataFrame, rows: list[dict] | pd.DataFrame, out: Path) -> pd.DataFrame:
+    """``existing`` plus ``rows``, written to ``out`` in place of it (via a temp file, so a stop
+    never leaves half a file); the collectors call this every few rows, which makes them resumable."""
+    if len(rows) == 0:
+        return existing
+    existing = pd.concat([existing, pd.DataFrame(rows)], ignore_index=True)
     tmp = out.with_suffix(".parquet.tmp")
-    df.to_parquet(tmp, index=False)
+    existing.to_parquet(tmp, index=False)
     os.replace(tmp, out)
+    return existing
 
 
 RETIME_KEEP = ("seed", "sample", "source", "task", "searcher", "rank", "round")
@@ -152,6 +158,7 @@ def retime(profile: Profile, src: Path, out: Path, flush_every: int = 25) -> pd.
     existing = pd.read_parquet(out) if out.exists() else pd.DataFrame()
     done = set(existing["src_row"]) if len(existing) else set()
     quiet_ms = quiet_reference_ms(profile)
+    stamps: dict[tuple[str, str], dict[str, object]] = {}  # per (optimizer, dtype): the stamp reads the machine
     rows: list[dict] = []
     out.parent.mkdir(parents=True, exist_ok=True)
     todo = [i for i in range(len(source)) if i not in done]
@@ -159,19 +166,16 @@ def retime(profile: Profile, src: Path, out: Path, flush_every: int = 25) -> pd.
         row = source.iloc[i]
         keep = {k: row[k] for k in RETIME_KEEP if k in source.columns}
         if row["source"] != "plan-rank-infeasible":  # those rows record a plan that did not exist
-            specs = specs_from_json(row["shards"])
-            keep |= timed_row(specs, str(row["optimizer"]), str(row["dtype"]), profile, row_id_seed(row),
+            kind = (str(row["optimizer"]), str(row["dtype"]))
+            if kind not in stamps:
+                stamps[kind] = _stamp(profile, *kind)
+            keep |= timed_row(specs_from_json(row["shards"]), *kind, profile, row_id_seed(row),
                               int(row["warmup"]), int(row["repeats"]), quiet_ms)
-            keep |= _stamp(profile, str(row["optimizer"]), str(row["dtype"]))
+            keep |= stamps[kind]
         rows.append({"src_row": i, **keep})
         if len(rows) >= flush_every:
-            existing = pd.concat([existing, pd.DataFrame(rows)], ignore_index=True)
-            _write_parquet(existing, out)
-            rows = []
-    if rows:
-        existing = pd.concat([existing, pd.DataFrame(rows)], ignore_index=True)
-        _write_parquet(existing, out)
-    return existing
+            existing, rows = append_rows(existing, rows, out), []
+    return append_rows(existing, rows, out)
 
 
 def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples: int, seed: int = 0,
@@ -192,15 +196,6 @@ def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples:
     stamp = _stamp(profile, optimizer, dtype)
     quiet_ms = quiet_reference_ms(profile)
     rows: list[dict] = []
-
-    def flush() -> None:
-        nonlocal existing, rows
-        if not rows:
-            return
-        existing = pd.concat([existing, pd.DataFrame(rows)], ignore_index=True)
-        _write_parquet(existing, out)
-        rows = []
-
     out.parent.mkdir(parents=True, exist_ok=True)
     for i in tqdm(todo, desc=f"collect compute [{profile.name}]", initial=len(done), total=num_samples):
         rng = np.random.default_rng([seed, i])
@@ -208,7 +203,6 @@ def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples:
         rows.append({"seed": seed, "sample": i, "source": "random",
                      **timed_row(specs, optimizer, dtype, profile, i, warmup, repeats, quiet_ms), **stamp})
         if len(rows) >= flush_every:
-            flush()
-    flush()
-    return existing
+            existing, rows = append_rows(existing, rows, out), []
+    return append_rows(existing, rows, out)
 

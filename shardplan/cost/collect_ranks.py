@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from ..errors import InputError
 from ..formats import load_task
-from .collect import _stamp, _write_parquet, quiet_reference_ms, timed_row
+from .collect import _stamp, append_rows, quiet_reference_ms, timed_row
 from .estimator import PlanEstimator
 from .profiles import Profile
 from .specs import rank_specs
@@ -75,6 +75,5 @@ def collect_plan_ranks(profile: Profile, task_paths: list[Path], searchers: list
                              "task": task.name, "searcher": searcher, "rank": rank, "round": round_,
                              **timed_row(specs, task.optimizer, task.dtype, profile, task_sample(task.name) + rank,
                                          profile.warmup, profile.repeats, quiet_ms), **stamp})
-        existing = pd.concat([existing, pd.DataFrame(rows)], ignore_index=True)
-        _write_parquet(existing, out)  # after every plan, so a stop loses at most one
+        existing = append_rows(existing, rows, out)  # after every plan, so a stop loses at most one
     return existing

@@ -23,6 +23,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from tqdm import tqdm
 
+from .collect import append_rows
 from .profiles import Profile, load1, machine_stamp
 
 
@@ -81,8 +82,6 @@ def collect_comm(profile: Profile, out: Path, world_sizes: tuple[int, ...] = (2,
         df = pd.DataFrame(rows).assign(load1_before=before, load1_after=load1(),
                                        date=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                                        **stamp)
-        existing = pd.concat([existing, df], ignore_index=True)
         out.parent.mkdir(parents=True, exist_ok=True)
-        existing.to_parquet(out.with_suffix(".parquet.tmp"), index=False)
-        os.replace(out.with_suffix(".parquet.tmp"), out)
+        existing = append_rows(existing, df, out)
     return existing

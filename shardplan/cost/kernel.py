@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -231,7 +231,7 @@ def time_specs_bracketed(specs: list[ShardSpec], optimizer: str, dtype: str, dev
         if attempt < max_attempts:
             time.sleep(attempt)
     assert best is not None
-    return BracketedTiming(best.timing, best.ref_before_ms, best.ref_after_ms, attempt)
+    return replace(best, attempts=attempt)
 
 
 def slowdown(ref_before_ms: float, ref_after_ms: float, nominal_ms: float) -> float:
