@@ -23,7 +23,7 @@ from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1, machine_stamp
 from shardplan.errors import InfeasibleError
 from shardplan.execute.measure import measure_rank_compute
-from shardplan.formats import load_task
+from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import get_searcher
 
 
@@ -77,7 +77,7 @@ def main() -> None:
           "| task | ranks | max shards/rank | MAPE | worst rank error |", "| --- | --- | --- | --- | --- |"]
     md += [f"| {t} | {r.ranks} | {r.max_shards} | {r.mape * 100:.1f}% | {r.worst * 100:+.1f}% |"
            for t, r in per_task.iterrows()]
-    (out / f"{stem}.md").write_text("\n".join(md) + "\n")
+    write_text_atomic(out / f"{stem}.md", "\n".join(md) + "\n")
     print("\n".join(md))
 
 

@@ -37,6 +37,7 @@ import numpy as np
 
 from ..domain import Plan, Topology
 from ..errors import InputError
+from ..formats import write_text_atomic
 
 FLOAT_BYTES = 4
 
@@ -169,7 +170,7 @@ class FittedCommModel:
                    fit_report=report)
 
     def save(self, path: Path, metadata: dict) -> None:
-        path.write_text(json.dumps({"format": "shardplan/comm-model@1", "model": self.name,
+        write_text_atomic(path, json.dumps({"format": "shardplan/comm-model@1", "model": self.name,
                                     "profile": self.profile, "coef_ms": list(self.coef),
                                     "coef_meaning": "ms = a + b*(W-1) + c*MB_sent + d*MB_received + e*MB_peak",
                                     "fit": self.fit_report, "metadata": metadata}, indent=2) + "\n")

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from ..formats import write_json_atomic
+from ..formats import write_json_atomic, write_text_atomic
 from .baselines import GBMCostModel, RooflineCostModel
 from .kernel import REFERENCE_SPECS, slowdown
 from .model import NeuralCostModel
@@ -148,7 +148,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         "how": f"{REFERENCE_PERCENTILE}th percentile of the reference timings in compute.parquet",
         "command": meta["command"]})
     write_json_atomic(out_dir / "compute-model-report.json", meta)
-    (out_dir / "compute-model-report.md").write_text(report_markdown(meta))
+    write_text_atomic(out_dir / "compute-model-report.md", report_markdown(meta))
     return meta
 
 

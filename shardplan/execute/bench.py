@@ -25,6 +25,7 @@ from ..cost.estimator import PlanEstimator
 from ..cost.profiles import load1, machine_stamp
 from ..domain import Plan, Task
 from ..errors import InputError
+from ..formats import write_text_atomic
 from ..search import get_searcher
 from ..validate import plan_problems
 from .measure import measure_plans
@@ -87,7 +88,7 @@ def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profi
     df = pd.DataFrame(rows)
     out_dir.mkdir(parents=True, exist_ok=True)
     df.to_csv(out_dir / f"{name}.csv", index=False)
-    (out_dir / f"{name}.md").write_text(bench_markdown(df, suite, profile, rounds, load_before, load1(), command))
+    write_text_atomic(out_dir / f"{name}.md", bench_markdown(df, suite, profile, rounds, load_before, load1(), command))
     return df
 
 
