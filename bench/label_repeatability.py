@@ -59,6 +59,7 @@ def compare(files: list[Path], nominal: float) -> tuple[list[dict], int]:
                      "labels: mean diff": f"{r_lab.mean() * 100:.1f}%",
                      "labels: median diff": f"{np.median(r_lab) * 100:.1f}%",
                      "labels: within 10%": f"{(r_lab <= 0.10).mean() * 100:.0f}%",
+                     "labels: median second / first": f"{np.median(lab_b / lab_a):.3f}",  # a shift, not noise
                      "raw: mean diff": f"{r_raw.mean() * 100:.1f}%"})
     return rows, len(common)
 
