@@ -8,6 +8,7 @@ written again loses nothing (DESIGN.md: unknown fields are kept).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 SHARDING_TYPES = ("table_wise", "column_wise", "row_wise", "table_row_wise", "data_parallel")
@@ -66,11 +67,13 @@ class Task:
     def global_batch_size(self) -> int:
         return self.batch_size_per_rank * self.topology.world_size
 
+    @cached_property
+    def _by_name(self) -> dict[str, Table]:
+        return {t.name: t for t in self.tables}
+
     def table(self, name: str) -> Table:
-        for t in self.tables:
-            if t.name == name:
-                return t
-        raise KeyError(name)
+        """The table called ``name`` (KeyError if none); searchers call this in their inner loops."""
+        return self._by_name[name]
 
 
 @dataclass(frozen=True)

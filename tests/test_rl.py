@@ -85,10 +85,11 @@ def test_corrupt_or_foreign_policy_is_a_clear_error(policy, tmp_path) -> None:
 
 def test_split_step_cuts_only_hot_tables(estimator, task_dict) -> None:
     """hot_split_state cuts a table into column blocks only when its predicted cost exceeds the share."""
-    from shardplan.search.neuroshard import _initial_state, _Placer, hot_split_state
+    from shardplan.search.neuroshard import _initial_state, hot_split_state
+    from shardplan.search.placer import Placer
 
     task = load_task(task_dict)
-    placer = _Placer(task, estimator)
+    placer = Placer(task, estimator)
     start = _initial_state(task)
     assert hot_split_state(task, start, placer, hot_share=100.0) == start  # nothing is that hot
     cut = hot_split_state(task, start, placer, hot_share=1e-6)  # everything is: as many blocks as allowed

@@ -151,7 +151,7 @@ def test_neuroshard_beam_never_predicts_worse_than_its_table_wise_start(task_dic
 
 
 def test_column_blocks_tile_the_dim():
-    from shardplan.search.neuroshard import column_blocks
+    from shardplan.search.placer import column_blocks
 
     t = Table("t", 10, 36, 1.0)
     blocks = column_blocks(t, 4)

@@ -11,11 +11,12 @@ minus their mean (POMO's baseline). Training tasks come from one half of the
 Meta-like pool (even table indices); the other half is kept for evaluation.
 
 Planning (``--searcher rl``) decodes greedily and, with ``samples > 0``, also
-samples that many plans, keeping the best by predicted cost; then the grid
-search's local improvement polishes it. A 60-table task is one forward pass
-per table. This runs twice: on whole tables, and with the hot tables cut into
+samples that many plans, each refined by the grid search's local improvement,
+keeping the best by predicted cost. A 60-table task is one forward pass per
+table. This runs twice: on whole tables, and with the hot tables cut into
 column blocks first (the split step, :data:`SPLIT_CHOICES`); the cheaper plan
-by predicted cost wins. Training episodes see both kinds of unit.
+by predicted cost wins and is finished by the pairwise polish
+(:func:`~.polish.polish`). Training episodes see both kinds of unit.
 """
 from __future__ import annotations
 
@@ -36,7 +37,9 @@ from ..domain import TableSharding, Task
 from ..errors import InfeasibleError, InputError
 from ..formats import write_text_atomic
 from .base import Searcher, register
-from .neuroshard import HOT_SHARE, _Placer, _require_incremental
+from .neuroshard import HOT_SHARE, _require_incremental
+from .placer import Placer
+from .polish import polish
 from .rl_env import RANK_FEATURES, PlacementEnv
 
 POLICY_FORMAT = "shardplan/rl-policy@1"
@@ -137,7 +140,7 @@ class RLSearcher(Searcher):
         net, meta = _read_policy(str(path), path.stat().st_mtime_ns)
         _check_profile(path, meta, estimator.profile)
         best: tuple[float, list[TableSharding]] | None = None
-        placer = _Placer(task, estimator)
+        placer = Placer(task, estimator)
         for hot_share in SPLIT_CHOICES:
             env = PlacementEnv(task, estimator, hot_share, placer)
             rng = np.random.default_rng(seed)
@@ -152,7 +155,7 @@ class RLSearcher(Searcher):
         if best is None:
             raise InfeasibleError("task", f"the policy's plans ({1 + self.samples}) all overflow a rank's memory",
                                   "use a packing searcher (neuroshard, greedy-size) or raise memory_per_rank_gb")
-        return best[1]
+        return polish(task, estimator, best[1], placer)
 
 
 def train_policy(estimator: PlanEstimator, out: Path, updates: int = 300, tasks_per_update: int = 8,

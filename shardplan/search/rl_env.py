@@ -21,7 +21,8 @@ import numpy as np
 from ..cost.estimator import PlanEstimator
 from ..domain import Plan, TableSharding, Task
 from ..memory import GB
-from .neuroshard import Unit, _initial_state, _materialise, _Placer, hot_split_state
+from .neuroshard import _initial_state, _materialise, hot_split_state
+from .placer import Placer, Unit
 
 RANK_FEATURES = ("cost_now", "cost_after", "after_minus_max_now", "after_minus_min_after", "mem_after",
                  "dims_after", "count_after", "unit_cost", "unit_mem", "progress")
@@ -31,12 +32,12 @@ class PlacementEnv:
     """One task's placement episode over the predicted costs of ``estimator``."""
 
     def __init__(self, task: Task, estimator: PlanEstimator, hot_share: float | None = None,
-                 placer: _Placer | None = None) -> None:
+                 placer: Placer | None = None) -> None:
         """``placer``: one already made for this task and estimator, to reuse its shard encodings
         (the rl searcher builds an episode per split choice of the same task)."""
         self.task = task
         self.est = estimator
-        self.placer = placer or _Placer(task, estimator)
+        self.placer = placer or Placer(task, estimator)
         state = _initial_state(task)
         if hot_share is not None:
             state = hot_split_state(task, state, self.placer, hot_share)

@@ -1,0 +1,201 @@
+"""Greedy placement of units (whole tables, column blocks) over ranks with the learned model's incremental sums.
+
+:class:`Placer` is the engine under the NeuroShard searchers, the RL
+environment and :func:`~shardplan.search.polish.polish`: it encodes each unit
+once, scores "rank r plus unit u" by adding u's code to r's running sums (the
+model's sum pooling), and turns unit positions back into table shardings.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..cost.estimator import PlanEstimator
+from ..cost.specs import ShardSpec
+from ..domain import Plan, Shard, Table, TableSharding, Task
+from ..memory import GB, shard_bytes
+
+GRID = (1.0, 1.1, 1.25, 1.5, 2.0, float("inf"))
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A movable piece: a whole table (``blocks == 1``) or one of its column blocks."""
+
+    table: Table
+    col_offset: int
+    num_cols: int
+    blocks: int
+
+
+def column_blocks(table: Table, blocks: int) -> list[tuple[int, int]]:
+    """(offset, cols) of ``blocks`` column blocks, each a multiple of 4 wide (FBGEMM's constraint)."""
+    quads = table.embedding_dim // 4
+    sizes = [(quads // blocks + (1 if i < quads % blocks else 0)) * 4 for i in range(blocks)]
+    out, off = [], 0
+    for s in sizes:
+        out.append((off, s))
+        off += s
+    return out
+
+
+def max_blocks(table: Table) -> int:
+    return table.embedding_dim // 4
+
+
+class Placer:
+    """Greedy placement of units under one balance cap, with the model's incremental sums."""
+
+    def __init__(self, task: Task, estimator: PlanEstimator) -> None:
+        self.task = task
+        self.est = estimator
+        self.model = estimator.compute
+        self.world = task.topology.world_size
+        self.cap = task.topology.memory_per_rank_gb * GB
+        self._enc: dict[ShardSpec, tuple[np.ndarray, np.ndarray]] = {}
+
+    def spec(self, table: Table, st: str, shard: Shard) -> ShardSpec:
+        batch = self.task.batch_size_per_rank if st == "data_parallel" else self.task.global_batch_size
+        return ShardSpec(table.name, table.num_embeddings, shard.row_offset, shard.num_rows, shard.num_cols,
+                         table.pooling_factor, table.zipf_alpha, batch)
+
+    def encode(self, specs: list[ShardSpec]) -> tuple[np.ndarray, np.ndarray]:
+        missing = [s for s in dict.fromkeys(specs) if s not in self._enc]
+        if missing:
+            codes, times = self.model.encode_shards(missing)
+            for s, c, t in zip(missing, codes, times):
+                self._enc[s] = (c, t)
+        return (np.stack([self._enc[s][0] for s in specs]), np.stack([self._enc[s][1] for s in specs]))
+
+    def place(self, units: list[Unit], fixed: list[TableSharding], balance: float,
+              by_size: bool = False) -> list[TableSharding] | None:
+        """Place ``units`` greedily beside ``fixed``; None when memory cannot hold them.
+
+        Units go in descending order of predicted cost, or with ``by_size`` of
+        memory (first-fit-decreasing packs tight tasks that the cost order
+        strands), each to the feasible rank whose predicted cost stays lowest.
+        """
+        world = self.world
+        code_sum, time_sum, count, mem, dims = self.fixed_sums(fixed)
+        if (mem > self.cap).any():
+            return None
+        codes, times, need = self.unit_inputs(units)
+        solo = times.sum(axis=1)
+        dim_cap = balance * (dims.sum() + sum(u.num_cols for u in units)) / world
+        where = np.full(len(units), -1)
+        weight = need if by_size else solo
+        for i in sorted(range(len(units)), key=lambda i: (-weight[i], units[i].table.name, units[i].col_offset)):
+            ok = mem + need[i] <= self.cap
+            if not ok.any():
+                return None
+            balanced = ok & (dims + units[i].num_cols <= dim_cap)
+            cand = np.flatnonzero(balanced if balanced.any() else ok)
+            ms = self.model.combine(code_sum[cand] + codes[i], time_sum[cand] + times[i], count[cand] + 1)
+            r = int(cand[int(np.argmin(ms.sum(axis=1)))])
+            where[i] = r
+            code_sum[r] += codes[i]
+            time_sum[r] += times[i]
+            count[r] += 1
+            mem[r] += need[i]
+            dims[r] += units[i].num_cols
+        if units:
+            self.refine(units, where, codes, times, need, code_sum, time_sum, count, mem)
+        return self.shardings(units, where, fixed)
+
+    def fixed_sums(self, fixed: list[TableSharding]) -> tuple[np.ndarray, ...]:
+        """Per rank, what the already-placed shards put there: summed codes, summed own times,
+        shard count, bytes and summed dims (the starting point of every placement)."""
+        task, world = self.task, self.world
+        code_sum = np.zeros((world, self.model.code), np.float32)
+        time_sum = np.zeros((world, 2), np.float32)
+        count = np.zeros(world, np.float32)
+        mem = np.zeros(world)
+        dims = np.zeros(world)
+        for ts in fixed:
+            t = task.table(ts.name)
+            for sh in ts.shards:
+                c, tm = self.encode([self.spec(t, ts.sharding_type, sh)])
+                code_sum[sh.rank] += c[0]
+                time_sum[sh.rank] += tm[0]
+                count[sh.rank] += 1
+                mem[sh.rank] += shard_bytes(task, t, ts.sharding_type, sh)
+                dims[sh.rank] += sh.num_cols
+        return code_sum, time_sum, count, mem, dims
+
+    def table_costs(self) -> np.ndarray:
+        """Each table's predicted fwd+bwd ms alone on a rank, whole (in task order)."""
+        specs = [self.spec(t, "table_wise", Shard(0, 0, t.num_embeddings, 0, t.embedding_dim)) for t in self.task.tables]
+        return self.encode(specs)[1].sum(axis=1)
+
+    def unit_inputs(self, units: list[Unit]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each unit's code, own (fwd, bwd) times and bytes, as it would sit on a rank."""
+        if not units:
+            return np.zeros((0, self.model.code), np.float32), np.zeros((0, 2), np.float32), np.zeros(0)
+        shards = [Shard(0, 0, u.table.num_embeddings, u.col_offset, u.num_cols) for u in units]
+        codes, times = self.encode([self.spec(u.table, "table_wise", s) for u, s in zip(units, shards)])
+        need = np.array([shard_bytes(self.task, u.table, "column_wise", s) for u, s in zip(units, shards)], float)
+        return codes, times, need
+
+    def shardings(self, units: list[Unit], where: np.ndarray, fixed: list[TableSharding]) -> list[TableSharding]:
+        """``fixed`` plus the units placed on ranks ``where``: whole tables table-wise, blocks column-wise."""
+        placed: dict[str, list[Shard]] = {}
+        for u, r in zip(units, where):
+            placed.setdefault(u.table.name, []).append(Shard(int(r), 0, u.table.num_embeddings, u.col_offset, u.num_cols))
+        out = list(fixed)
+        for name, shs in placed.items():
+            whole = len(shs) == 1 and shs[0].num_cols == self.task.table(name).embedding_dim
+            out.append(TableSharding(name, "table_wise" if whole else "column_wise",
+                                     tuple(sorted(shs, key=lambda s: s.col_offset))))
+        return out
+
+    def refine(self, units: list[Unit], where: np.ndarray, codes: np.ndarray, times: np.ndarray,
+               need: np.ndarray, code_sum: np.ndarray, time_sum: np.ndarray, count: np.ndarray,
+               mem: np.ndarray) -> None:
+        """Move units off the predicted-slowest rank while that lowers the pair's larger cost (in place)."""
+        world = self.world
+        for _ in range(2 * len(units)):
+            rank_ms = self.model.combine(code_sum, time_sum, count).sum(axis=1)
+            src = int(np.argmax(rank_ms))
+            mine = np.flatnonzero(where == src)
+            if len(mine) == 0:
+                return
+            # For each unit on src and each destination: src without it, destination with it.
+            n = len(mine)
+            src_after = self.model.combine(code_sum[src] - codes[mine], time_sum[src] - times[mine],
+                                           np.full(n, count[src] - 1)).sum(axis=1)
+            dst_after = self.model.combine(
+                (code_sum[None, :, :] + codes[mine][:, None, :]).reshape(n * world, -1),
+                (time_sum[None, :, :] + times[mine][:, None, :]).reshape(n * world, -1),
+                np.tile(count + 1, n)).sum(axis=1).reshape(n, world)
+            new_max = np.maximum(src_after[:, None], dst_after)
+            fits = mem[None, :] + need[mine][:, None] <= self.cap
+            new_max[~fits] = np.inf
+            new_max[:, src] = np.inf
+            k, dst = np.unravel_index(int(np.argmin(new_max)), new_max.shape)
+            if not new_max[k, dst] < rank_ms[src] * 0.999:
+                return
+            i = int(mine[k])
+            for arr, val in ((code_sum, codes[i]), (time_sum, times[i])):
+                arr[src] -= val
+                arr[dst] += val
+            count[src] -= 1
+            count[dst] += 1
+            mem[src] -= need[i]
+            mem[dst] += need[i]
+            where[i] = dst
+
+    def best_over_grid(self, units: list[Unit], fixed: list[TableSharding],
+                       grid: tuple[float, ...] = GRID) -> tuple[float, list[TableSharding]] | None:
+        best = None
+        for by_size in (False, True):  # size order only when the cost order cannot pack the task
+            for balance in grid:
+                tables = self.place(units, fixed, balance, by_size)
+                if tables is None:
+                    continue
+                cost = self.est.estimate(Plan(task=self.task, tables=tuple(tables))).max_ms
+                if best is None or cost < best[0]:
+                    best = (cost, tables)
+            if best is not None:
+                return best
+        return best
