@@ -88,3 +88,4 @@ def test_lex_smaller_compares_sorted_costs_from_the_slowest_rank_down() -> None:
     assert _lex_smaller(np.array([10.0, 5.0, 1.0]), np.array([1.0, 10.0, 6.0]))  # second slowest relieved
     assert not _lex_smaller(np.array([10.0, 6.0, 1.0]), np.array([6.0, 10.0, 1.0]))  # same sorted costs
     assert not _lex_smaller(np.array([11.0, 1.0]), np.array([10.0, 5.0]))
+    assert not _lex_smaller(np.array([10.001, 1.0]), np.array([10.0, 5.0]))  # the plan cost may not rise at all

@@ -157,6 +157,8 @@ def test_column_blocks_tile_the_dim():
     blocks = column_blocks(t, 4)
     assert [c for _, c in blocks] == [12, 8, 8, 8]
     assert [o for o, _ in blocks] == [0, 12, 20, 28]
+    with pytest.raises(ValueError, match="at most 2"):
+        column_blocks(Table("n", 10, 8, 1.0), 4)  # would leave 0-wide blocks
 
 
 def test_optuna_tuning_is_no_worse_than_defaults(task_dict, estimator):

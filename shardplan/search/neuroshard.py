@@ -142,8 +142,8 @@ class NeuroShardTableWise(Searcher):
     description = "NeuroShard table-wise greedy grid search over the learned cost model"
     honours_sharding_types = True
 
-    def __init__(self, sharding_types: frozenset[str] | None = None) -> None:
-        self.sharding_types = sharding_types
+    def __init__(self, sharding_types: frozenset[str] | None = None, pairwise_polish: bool = True) -> None:
+        self.sharding_types, self.pairwise_polish = sharding_types, pairwise_polish
 
     def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]:
         _require_incremental(estimator)
@@ -153,7 +153,7 @@ class NeuroShardTableWise(Searcher):
         if best is None:
             raise InfeasibleError("task", "no table-wise placement fits every rank's memory, even with "
                                   "oversized tables split row-wise", "raise topology.memory_per_rank_gb or add ranks")
-        return polish(task, estimator, best[1], placer)
+        return polish(task, estimator, best[1], placer) if self.pairwise_polish else best[1]
 
 
 @register
@@ -168,13 +168,14 @@ class NeuroShardBeam(Searcher):
 
     def __init__(self, beam_width: int = 3, steps: int = 4, candidates: int = 6, max_work: float = 5e6,
                  grid: tuple[float, ...] = GRID, on_step: Callable[[int, float], None] | None = None,
-                 sharding_types: frozenset[str] | None = None) -> None:
+                 sharding_types: frozenset[str] | None = None, pairwise_polish: bool = True) -> None:
         """``max_work`` bounds the search in placement evaluations (units x ranks x grid points per
         scored state), not seconds, so that a plan does not depend on how busy the machine is.
-        ``on_step(step, best_predicted_ms)`` is called after each beam step (Optuna prunes there)."""
+        ``on_step(step, best_predicted_ms)`` is called after each beam step (Optuna prunes there).
+        ``pairwise_polish=False`` returns the best state's grid plan as it is (for ablations)."""
         self.beam_width, self.steps, self.candidates = beam_width, steps, candidates
         self.max_work, self.grid, self.on_step = max_work, grid, on_step
-        self.sharding_types = sharding_types
+        self.sharding_types, self.pairwise_polish = sharding_types, pairwise_polish
 
     def _allows(self, kind: str) -> bool:
         return self.sharding_types is None or kind in self.sharding_types
@@ -238,5 +239,7 @@ class NeuroShardBeam(Searcher):
                 self.on_step(step, scored[beam[0]][0])
             if done:
                 break
+        if not self.pairwise_polish:
+            return scored[beam[0]][1]
         # The surviving states are close in predicted cost; the pairwise polish can reorder them.
         return best_polished(task, estimator, [scored[s][1] for s in beam], placer)

@@ -32,6 +32,9 @@ class Unit:
 def column_blocks(table: Table, blocks: int) -> list[tuple[int, int]]:
     """(offset, cols) of ``blocks`` column blocks, each a multiple of 4 wide (FBGEMM's constraint)."""
     quads = table.embedding_dim // 4
+    if not 1 <= blocks <= quads:  # a 0-wide block would reach the cost model as log2(0)
+        raise ValueError(f"{table.name}: {blocks} column blocks of a {table.embedding_dim}-wide table; "
+                         f"at most {quads} (4 columns each)")
     sizes = [(quads // blocks + (1 if i < quads % blocks else 0)) * 4 for i in range(blocks)]
     out, off = [], 0
     for s in sizes:

@@ -37,11 +37,13 @@ VERIFY = 6
 
 
 def _lex_smaller(new: np.ndarray, old: np.ndarray) -> bool:
-    """Whether ``new`` per-rank costs, sorted descending, are lexicographically below ``old``'s."""
+    """Whether ``new`` per-rank costs, sorted descending, are lexicographically below ``old``'s: some rank
+    drops by more than :data:`TOLERANCE` and none sorted before it rises at all (so the plan cost never
+    rises and no sequence of changes can cycle)."""
     for x, y in zip(np.sort(new)[::-1], np.sort(old)[::-1]):
         if x < y * (1 - TOLERANCE):
             return True
-        if x > y * (1 + TOLERANCE):
+        if x > y:
             return False
     return False
 

@@ -126,10 +126,10 @@ class RLSearcher(Searcher):
     description = ("placement policy trained by REINFORCE against the learned cost model (DreamShard-style); "
                    "greedy decoding plus sampled plans, best by predicted cost, locally polished")
 
-    def __init__(self, samples: int = 8, policy_path: str | Path | None = None) -> None:
+    def __init__(self, samples: int = 8, policy_path: str | Path | None = None, pairwise_polish: bool = True) -> None:
         if samples < 0:
             raise InputError("samples", f"must be >= 0, got {samples}")
-        self.samples, self.policy_path = samples, policy_path
+        self.samples, self.policy_path, self.pairwise_polish = samples, policy_path, pairwise_polish
 
     def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]:
         _require_incremental(estimator)
@@ -155,7 +155,7 @@ class RLSearcher(Searcher):
         if best is None:
             raise InfeasibleError("task", f"the policy's plans ({1 + self.samples}) all overflow a rank's memory",
                                   "use a packing searcher (neuroshard, greedy-size) or raise memory_per_rank_gb")
-        return polish(task, estimator, best[1], placer)
+        return polish(task, estimator, best[1], placer) if self.pairwise_polish else best[1]
 
 
 def train_policy(estimator: PlanEstimator, out: Path, updates: int = 300, tasks_per_update: int = 8,
