@@ -184,6 +184,10 @@ def test_bench_measures_and_compares_to_torchrec(tmp_path, task_dict, estimator)
                    out_dir=tmp_path / "out", name="t")
     a = df[df.task == "tiny"]
     assert a.valid.all() and (a.measured_ms > 0).all() and (a.imbalance >= 1.0).all()
+    for _, row in a.iterrows():  # every rank's compute, measured and predicted; the slowest is the max
+        measured, predicted = json.loads(row.measured_rank_compute_ms), json.loads(row.predicted_rank_compute_ms)
+        assert len(measured) == len(predicted) == task_dict["topology"]["world_size"]
+        assert max(measured) == pytest.approx(row.measured_compute_ms, abs=1e-3)
     assert not df[df.task == "b"].valid.any()
     md = (tmp_path / "out" / "t.md").read_text()
     assert "geomean_vs_torchrec" in md and (tmp_path / "out" / "t.csv").exists()

@@ -6,13 +6,15 @@ kernels together, interleaved (:func:`shardplan.execute.measure.measure_plans`),
 so machine noise hits them alike. Comm comes from the profile's comm model in
 both the predicted and the measured cost (it is not run here).
 
-Writes ``<out>/<name>.csv`` (one row per task and searcher) and
+Writes ``<out>/<name>.csv`` (one row per task and searcher; the per-rank
+measured and predicted compute as JSON lists) and
 ``<out>/<name>.md`` (the table, and per searcher the geometric mean of its
 measured cost over TorchRec's, over the tasks TorchRec could plan).
 """
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 from dataclasses import replace
 from pathlib import Path
@@ -55,7 +57,10 @@ def bench_task(task: Task, searchers: list[str], estimator: PlanEstimator, profi
             plan, m = by_name[row["searcher"]]
             row.update(measured_ms=m.max_ms, imbalance=m.imbalance,
                        measured_compute_ms=max(r.compute_ms for r in m.per_rank),
-                       predicted_compute_ms=max(r.compute_ms for r in plan.cost.per_rank))
+                       predicted_compute_ms=max(r.compute_ms for r in plan.cost.per_rank),
+                       # Every rank, not only the slowest: where the model misses on a balanced plan.
+                       measured_rank_compute_ms=json.dumps([round(r.compute_ms, 4) for r in m.per_rank]),
+                       predicted_rank_compute_ms=json.dumps([round(r.compute_ms, 4) for r in plan.cost.per_rank]))
     return rows, [replace(p, measured_cost=m) for p, m in zip(plans, measured)]
 
 
