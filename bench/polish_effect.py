@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import shlex
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +67,7 @@ def main() -> None:
         "", "Predicted plan cost (neural compute model + comm model) of each searcher's plan with the polish "
         "over the same searcher's plan without it (`pairwise_polish=False`), per task, geometric mean; "
         "max/mean = slowest rank over the mean rank, predicted. Command: "
-        f"`.venv/bin/python bench/polish_effect.py --suites {args.suites}`. Per task: the CSV beside this file.",
+        f"`.venv/bin/python bench/polish_effect.py {shlex.join(sys.argv[1:])}`. Per task: the CSV beside this file.",
         "", table, ""]))
 
 

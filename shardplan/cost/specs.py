@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from ..domain import Plan
+from ..domain import Plan, Shard, Table, Task
 from ..memory import shard_batch
 
 
@@ -34,13 +34,16 @@ class ShardSpec:
     batch_size: int
 
 
+def shard_spec(task: Task, table: Table, sharding_type: str, shard: Shard) -> ShardSpec:
+    """The spec of one shard of ``table`` placed with ``sharding_type`` in ``task``."""
+    return ShardSpec(table=table.name, table_rows=table.num_embeddings, row_offset=shard.row_offset,
+                     rows=shard.num_rows, cols=shard.num_cols, pooling_factor=table.pooling_factor,
+                     zipf_alpha=table.zipf_alpha, batch_size=shard_batch(task, sharding_type))
+
+
 def rank_specs(plan: Plan) -> list[list[ShardSpec]]:
     """Per rank, the specs of the shards it holds."""
-    task = plan.task
-    return [[ShardSpec(table=t.name, table_rows=t.num_embeddings, row_offset=sh.row_offset,
-                       rows=sh.num_rows, cols=sh.num_cols, pooling_factor=t.pooling_factor,
-                       zipf_alpha=t.zipf_alpha, batch_size=shard_batch(task, st))
-             for t, st, sh in items] for items in plan.rank_shards()]
+    return [[shard_spec(plan.task, t, st, sh) for t, st, sh in items] for items in plan.rank_shards()]
 
 
 def specs_to_json(specs: list[ShardSpec]) -> str:

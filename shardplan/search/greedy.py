@@ -9,8 +9,8 @@ does not fit, the task is infeasible and the error says which table and why.
 from __future__ import annotations
 
 from ..cost.estimator import PlanEstimator
-from ..cost.specs import ShardSpec
-from ..domain import Plan, TableSharding, Task
+from ..cost.specs import shard_spec
+from ..domain import Plan, Shard, TableSharding, Task
 from ..memory import table_bytes
 from .base import Searcher, register
 from .placement import MemoryLedger, table_wise
@@ -18,8 +18,8 @@ from .placement import MemoryLedger, table_wise
 
 def solo_costs(task: Task, estimator: PlanEstimator) -> dict[str, float]:
     """Each table's predicted fwd+bwd compute alone on one rank."""
-    sets = [[ShardSpec(t.name, t.num_embeddings, 0, t.num_embeddings, t.embedding_dim, t.pooling_factor,
-                       t.zipf_alpha, task.global_batch_size)] for t in task.tables]
+    sets = [[shard_spec(task, t, "table_wise", Shard(0, 0, t.num_embeddings, 0, t.embedding_dim))]
+            for t in task.tables]
     return {t.name: f + b for t, (f, b) in zip(task.tables, estimator.rank_compute(sets))}
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cost.estimator import PlanEstimator
-from ..cost.specs import ShardSpec
+from ..cost.specs import ShardSpec, shard_spec
 from ..domain import Plan, Shard, Table, TableSharding, Task
 from ..memory import GB, shard_bytes
 
@@ -57,11 +57,6 @@ class Placer:
         self.world = task.topology.world_size
         self.cap = task.topology.memory_per_rank_gb * GB
         self._enc: dict[ShardSpec, tuple[np.ndarray, np.ndarray]] = {}
-
-    def spec(self, table: Table, st: str, shard: Shard) -> ShardSpec:
-        batch = self.task.batch_size_per_rank if st == "data_parallel" else self.task.global_batch_size
-        return ShardSpec(table.name, table.num_embeddings, shard.row_offset, shard.num_rows, shard.num_cols,
-                         table.pooling_factor, table.zipf_alpha, batch)
 
     def encode(self, specs: list[ShardSpec]) -> tuple[np.ndarray, np.ndarray]:
         missing = [s for s in dict.fromkeys(specs) if s not in self._enc]
@@ -118,7 +113,7 @@ class Placer:
         for ts in fixed:
             t = task.table(ts.name)
             for sh in ts.shards:
-                c, tm = self.encode([self.spec(t, ts.sharding_type, sh)])
+                c, tm = self.encode([shard_spec(task, t, ts.sharding_type, sh)])
                 code_sum[sh.rank] += c[0]
                 time_sum[sh.rank] += tm[0]
                 count[sh.rank] += 1
@@ -128,7 +123,7 @@ class Placer:
 
     def table_costs(self) -> np.ndarray:
         """Each table's predicted fwd+bwd ms alone on a rank, whole (in task order)."""
-        specs = [self.spec(t, "table_wise", Shard(0, 0, t.num_embeddings, 0, t.embedding_dim)) for t in self.task.tables]
+        specs = [shard_spec(self.task, t, "table_wise", Shard(0, 0, t.num_embeddings, 0, t.embedding_dim)) for t in self.task.tables]
         return self.encode(specs)[1].sum(axis=1)
 
     def unit_inputs(self, units: list[Unit]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -136,7 +131,7 @@ class Placer:
         if not units:
             return np.zeros((0, self.model.code), np.float32), np.zeros((0, 2), np.float32), np.zeros(0)
         shards = [Shard(0, 0, u.table.num_embeddings, u.col_offset, u.num_cols) for u in units]
-        codes, times = self.encode([self.spec(u.table, "table_wise", s) for u, s in zip(units, shards)])
+        codes, times = self.encode([shard_spec(self.task, u.table, "table_wise", s) for u, s in zip(units, shards)])
         need = np.array([shard_bytes(self.task, u.table, "column_wise", s) for u, s in zip(units, shards)], float)
         return codes, times, need
 
@@ -152,6 +147,22 @@ class Placer:
                                      tuple(sorted(shs, key=lambda s: s.col_offset))))
         return out
 
+    def move_costs(self, sums: tuple[np.ndarray, np.ndarray, np.ndarray], codes: np.ndarray, times: np.ndarray,
+                   src: int, dsts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each unit (its ``codes`` and ``times`` rows) now on rank ``src``: the predicted fwd+bwd ms of
+        ``src`` without it ``[n]``, and of each rank in ``dsts`` with it ``[n, len(dsts)]``.
+
+        ``sums`` are the per-rank running sums (codes, own times, shard counts) the placement keeps.
+        """
+        code_sum, time_sum, count = sums
+        n, m = len(codes), len(dsts)
+        without = self.model.combine(code_sum[src] - codes, time_sum[src] - times,
+                                     np.full(n, count[src] - 1)).sum(axis=1)
+        with_unit = self.model.combine((code_sum[dsts][None] + codes[:, None]).reshape(n * m, -1),
+                                       (time_sum[dsts][None] + times[:, None]).reshape(n * m, -1),
+                                       np.tile(count[dsts] + 1, n)).sum(axis=1).reshape(n, m)
+        return without, with_unit
+
     def refine(self, units: list[Unit], where: np.ndarray, codes: np.ndarray, times: np.ndarray,
                need: np.ndarray, code_sum: np.ndarray, time_sum: np.ndarray, count: np.ndarray,
                mem: np.ndarray) -> None:
@@ -163,14 +174,8 @@ class Placer:
             mine = np.flatnonzero(where == src)
             if len(mine) == 0:
                 return
-            # For each unit on src and each destination: src without it, destination with it.
-            n = len(mine)
-            src_after = self.model.combine(code_sum[src] - codes[mine], time_sum[src] - times[mine],
-                                           np.full(n, count[src] - 1)).sum(axis=1)
-            dst_after = self.model.combine(
-                (code_sum[None, :, :] + codes[mine][:, None, :]).reshape(n * world, -1),
-                (time_sum[None, :, :] + times[mine][:, None, :]).reshape(n * world, -1),
-                np.tile(count + 1, n)).sum(axis=1).reshape(n, world)
+            src_after, dst_after = self.move_costs((code_sum, time_sum, count), codes[mine], times[mine], src,
+                                                   np.arange(world))
             new_max = np.maximum(src_after[:, None], dst_after)
             fits = mem[None, :] + need[mine][:, None] <= self.cap
             new_max[~fits] = np.inf

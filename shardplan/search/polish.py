@@ -105,20 +105,17 @@ class _State:
         """(estimated cost of the pair, unit on ``a``, partner) of changes that relieve busy rank ``a``,
         best first; the partner is a unit to swap with, or ``-1 - rank`` for a move to that rank."""
         model, cap = self.placer.model, self.placer.cap
+        bar = self.total[a] * (1 - TOLERANCE)  # what the pair's slower rank must get under
         mine = np.flatnonzero(self.where == a)
-        lighter = np.flatnonzero(self.total < self.total[a] * (1 - TOLERANCE))
+        lighter = np.flatnonzero(self.total < bar)
         if len(mine) == 0 or len(lighter) == 0:
             return []
-        bar = self.total[a] * (1 - TOLERANCE)
         out: list[tuple[float, int, int]] = []
-        n, m = len(mine), len(lighter)
+        n = len(mine)
         # Moves: unit u from a to a lighter rank b.
-        a_minus = model.combine(self.code_sum[a] - self.codes[mine], self.time_sum[a] - self.times[mine],
-                                np.full(n, self.count[a] - 1)).sum(axis=1)
+        a_minus, b_plus = self.placer.move_costs((self.code_sum, self.time_sum, self.count), self.codes[mine],
+                                                 self.times[mine], a, lighter)
         a_after = a_minus + self.comm[a] - self.kappa * self.cols[mine]
-        b_plus = model.combine((self.code_sum[lighter][None] + self.codes[mine][:, None]).reshape(n * m, -1),
-                               (self.time_sum[lighter][None] + self.times[mine][:, None]).reshape(n * m, -1),
-                               np.tile(self.count[lighter] + 1, n)).sum(axis=1).reshape(n, m)
         b_after = b_plus + self.comm[lighter][None] + self.kappa * self.cols[mine][:, None]
         pair = np.maximum(a_after[:, None], b_after)
         pair[self.mem[lighter][None] + self.need[mine][:, None] > cap] = np.inf
