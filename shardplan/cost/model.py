@@ -74,7 +74,8 @@ class _SetNet(nn.Module):
 
 def _with_foreign_shard(x: torch.Tensor, mask: torch.Tensor, gen: torch.Generator
                         ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each padded set of ``x [N, S, F]`` with one more shard, drawn from another set of the batch."""
+    """Each padded set of ``x [N, S, F]`` with one more shard, drawn from a random set of the batch
+    (now and then itself: a duplicate shard is more work too)."""
     n = x.shape[0]
     donor = torch.randperm(n, generator=gen)
     counts = mask[donor].sum(dim=1)
