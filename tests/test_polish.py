@@ -89,3 +89,25 @@ def test_lex_smaller_compares_sorted_costs_from_the_slowest_rank_down() -> None:
     assert not _lex_smaller(np.array([10.0, 6.0, 1.0]), np.array([6.0, 10.0, 1.0]))  # same sorted costs
     assert not _lex_smaller(np.array([11.0, 1.0]), np.array([10.0, 5.0]))
     assert not _lex_smaller(np.array([10.001, 1.0]), np.array([10.0, 5.0]))  # the plan cost may not rise at all
+
+
+def test_best_polished_polishes_only_the_best_candidate_past_the_unit_limit(monkeypatch) -> None:
+    import shardplan.search.polish as polish_mod
+
+    task = _task()
+    est = PlanEstimator(AdditiveModel(), NoComm(), "cpu-2c", "additive")
+    good = [_whole(task, n, r) for n, r in
+            (("C", 0), ("S1", 0), ("H1", 1), ("H2", 1), ("S2", 1), ("H3", 2), ("M", 2))]  # 21 ms
+    worse = [_whole(task, n, r) for n, r in
+             (("C", 0), ("S1", 0), ("H1", 1), ("H2", 1), ("H3", 1), ("S2", 2), ("M", 2))]  # 30 ms
+    assert est.estimate(Plan(task, tuple(worse))).max_ms > est.estimate(Plan(task, tuple(good))).max_ms
+    seen: list[list[TableSharding]] = []
+    real = polish_mod.polish
+    monkeypatch.setattr(polish_mod, "polish", lambda t, e, tables, p=None: seen.append(tables) or real(t, e, tables, p))
+
+    polish_mod.best_polished(task, est, [worse, good])
+    assert seen == [worse, good]  # 7 units: every candidate polished
+    seen.clear()
+    monkeypatch.setattr(polish_mod, "POLISH_ALL_MAX_UNITS", 6)
+    out = polish_mod.best_polished(task, est, [worse, good])
+    assert seen == [good] and est.estimate(Plan(task, tuple(out))).max_ms <= 15.0
