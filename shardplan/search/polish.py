@@ -182,4 +182,6 @@ def best_polished(task: Task, estimator: PlanEstimator, candidates: list[list[Ta
     if len(candidates) > 1 and len(_units(task, candidates[0])[0]) > POLISH_ALL_MAX_UNITS:
         candidates = [candidates[int(np.argmin([cost(c) for c in candidates]))]]
     polished = [polish(task, estimator, c, placer) for c in candidates]
+    if len(polished) == 1:  # nothing to choose between: skip a full estimate
+        return polished[0]
     return polished[int(np.argmin([cost(c) for c in polished]))]
