@@ -94,7 +94,7 @@ def _stamp(profile: Profile, optimizer: str, dtype: str) -> dict[str, object]:
             "threads": torch.get_num_threads(), "optimizer": optimizer, "dtype": dtype}
 
 
-COLLECT_ATTEMPTS = 4  # a sample timed while the machine was disturbed is retried (kernel.QUIET_TOLERANCE)
+COLLECT_ATTEMPTS = 4  # a sample timed while the machine was disturbed is retried (kernel.disturbed)
 
 
 def quiet_reference_ms(profile: Profile) -> float:
@@ -106,8 +106,9 @@ def quiet_reference_ms(profile: Profile) -> float:
 def timed_row(specs: list[ShardSpec], optimizer: str, dtype: str, profile: Profile, id_seed: int,
               warmup: int, repeats: int, quiet_ms: float) -> dict[str, object]:
     """One shard set timed as every cost-data row records it: the specs, medians and every repeat,
-    the protocol, the reference workload before and after (retried while it shows the machine
-    more than ``QUIET_TOLERANCE`` over ``quiet_ms``), the load and the date."""
+    the protocol, the reference workload before and after (retried while
+    :func:`kernel.disturbed` says the machine was more than ``QUIET_TOLERANCE`` over ``quiet_ms``
+    or changed speed during the timing), the load and the date."""
     before = load1()
     b = time_specs_bracketed(specs, optimizer, dtype, profile.device, id_seed, warmup, repeats,
                              quiet_ms=quiet_ms, max_attempts=COLLECT_ATTEMPTS)

@@ -191,10 +191,24 @@ def time_reference(device: str = "cpu") -> float:
     return t.fwd_ms + t.bwd_ms
 
 
-# A timing is taken again when the reference shows the machine disturbed around it: more than
-# this factor over the quiet reference just before or just after. Labels from a disturbed
-# machine are what limits the cost model (dividing by the slowdown corrects only part of it).
+# A timing is taken again when the reference shows the machine disturbed around it. Labels from a
+# disturbed machine are what limits the cost model (dividing by the slowdown corrects only part of
+# it), so the collector retries anything more than QUIET_TOLERANCE over the quiet reference. Plan
+# measurements accept a steadily slow machine up to MEASURE_SLOW_LIMIT: a rank whose references
+# before and after agree was slowed by one factor throughout, which divides out, and on a machine
+# that stays slow for hours a retry after a pause finds it no quieter (it tripled bench time).
 QUIET_TOLERANCE = 1.2
+MEASURE_SLOW_LIMIT = 2.0
+# References before and after a timing that differ by more than this factor mean the speed changed
+# during it (a burst), and the mean of the two is a poor divisor: always retried.
+STEADY_TOLERANCE = 1.15
+
+
+def disturbed(ref_before_ms: float, ref_after_ms: float, quiet_ms: float,
+              slow_limit: float = QUIET_TOLERANCE) -> bool:
+    """Whether a timing bracketed by these references should be taken again."""
+    lo, hi = sorted((ref_before_ms, ref_after_ms))
+    return hi > slow_limit * quiet_ms or hi > STEADY_TOLERANCE * lo
 
 
 @dataclass(frozen=True)
@@ -209,25 +223,27 @@ class BracketedTiming:
 
 def time_specs_bracketed(specs: list[ShardSpec], optimizer: str, dtype: str, device: str, id_seed: int,
                          warmup: int, repeats: int, quiet_ms: float | None = None,
-                         max_attempts: int = 1) -> BracketedTiming:
+                         max_attempts: int = 1, slow_limit: float = QUIET_TOLERANCE) -> BracketedTiming:
     """:func:`time_specs` with the reference workload timed just before and just after.
 
     Every cost-data row and every plan measurement is taken this way, so their
     drift is divided out alike. With ``quiet_ms`` (the quiet machine's
-    reference time) and ``max_attempts > 1``, a timing whose reference before
-    or after exceeds ``QUIET_TOLERANCE * quiet_ms`` is retried after a pause
-    (1 s, 2 s, ...); the least disturbed attempt is kept and ``attempts`` says
-    how many were made.
+    reference time) and ``max_attempts > 1``, a timing that is
+    :func:`disturbed` (references before and after disagree, or either exceeds
+    ``slow_limit * quiet_ms``) is retried after a pause (1 s, 2 s, ...). The
+    first undisturbed attempt is kept, else the one with the lowest reference;
+    ``attempts`` says how many were made.
     """
     best: BracketedTiming | None = None
     for attempt in range(1, max_attempts + 1):
         before = time_reference(device)
         t = time_specs(specs, optimizer, dtype, device, id_seed=id_seed, warmup=warmup, repeats=repeats)
         after = time_reference(device)
+        if quiet_ms is None or not disturbed(before, after, quiet_ms, slow_limit):
+            best = BracketedTiming(t, before, after, attempt)
+            break
         if best is None or max(before, after) < max(best.ref_before_ms, best.ref_after_ms):
             best = BracketedTiming(t, before, after, attempt)
-        if quiet_ms is None or max(before, after) <= QUIET_TOLERANCE * quiet_ms:
-            break
         if attempt < max_attempts:
             time.sleep(attempt)
     assert best is not None
