@@ -190,7 +190,7 @@ def test_bench_measures_and_compares_to_torchrec(tmp_path, task_dict, estimator)
         assert max(measured) == pytest.approx(row.measured_compute_ms, abs=1e-3)
     assert not df[df.task == "b"].valid.any()
     md = (tmp_path / "out" / "t.md").read_text()
-    assert "geomean_vs_torchrec" in md and (tmp_path / "out" / "t.csv").exists()
+    assert "geomean_vs_torchrec" in md and "predicted_geomean_vs_torchrec" in md and (tmp_path / "out" / "t.csv").exists()
 
 
 def test_neuroshard_packs_tight_tasks_that_the_cost_order_strands(estimator):

@@ -64,12 +64,12 @@ def bench_task(task: Task, searchers: list[str], estimator: PlanEstimator, profi
     return rows, [replace(p, measured_cost=m) for p, m in zip(plans, measured)]
 
 
-def geomean_vs(df: pd.DataFrame, reference: str = REFERENCE) -> pd.DataFrame:
+def geomean_vs(df: pd.DataFrame, reference: str = REFERENCE, column: str = "measured_ms") -> pd.DataFrame:
     """Per searcher: geometric mean of measured cost / the reference's, over tasks both planned."""
-    ref = df[df.searcher == reference].set_index("task")["measured_ms"].dropna()
+    ref = df[df.searcher == reference].set_index("task")[column].dropna()
     out = []
     for name, g in df.groupby("searcher", sort=False):
-        g = g.set_index("task")["measured_ms"].dropna()
+        g = g.set_index("task")[column].dropna()
         common = g.index.intersection(ref.index)
         ratio = math.exp(np.mean(np.log(g[common] / ref[common]))) if len(common) else float("nan")
         out.append({"searcher": name, "tasks_planned": len(g), f"geomean_vs_{reference}": ratio,
@@ -100,6 +100,9 @@ def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profi
 def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, load_before: float,
                    load_after: float, command: str = "") -> str:
     summary = geomean_vs(df)
+    # The model's view of the same ratio: how far the measured figure moved from what the search aimed at.
+    predicted = geomean_vs(df, column="predicted_ms").set_index("searcher")[f"geomean_vs_{REFERENCE}"]
+    summary[f"predicted_geomean_vs_{REFERENCE}"] = summary.searcher.map(predicted)
     greedy = summary[summary.searcher.str.startswith("greedy-")]
     if len(greedy):
         best = greedy.sort_values(f"geomean_vs_{REFERENCE}").searcher.iloc[0]
