@@ -1,6 +1,7 @@
 """Planning, evaluation and the CLI, against a small model trained here on real kernel timings."""
 import json
 
+import pandas as pd
 import pytest
 
 from shardplan.cli import main
@@ -191,6 +192,30 @@ def test_bench_measures_and_compares_to_torchrec(tmp_path, task_dict, estimator)
     assert not df[df.task == "b"].valid.any()
     md = (tmp_path / "out" / "t.md").read_text()
     assert "geomean_vs_torchrec" in md and "predicted_geomean_vs_torchrec" in md and (tmp_path / "out" / "t.csv").exists()
+
+
+def test_bench_resumes_an_interrupted_run_and_only_with_the_same_settings(tmp_path, task_dict, estimator):
+    """Tasks found in the partial file of a run with the same settings are not planned or timed again."""
+    from shardplan.execute.bench import run_bench
+
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "a.json").write_text(json.dumps(task_dict))
+    out = tmp_path / "out"
+    out.mkdir()
+    done = {"task": task_dict["name"], "tables": 1, "ranks": 2, "searcher": "greedy-dim", "valid": True,
+            "error": "", "predicted_ms": 1.0, "plan_seconds": 0.0, "measured_ms": 123.0, "imbalance": 1.0}
+    pd.DataFrame([done]).to_csv(out / "t.partial.csv", index=False)
+    settings = {"suite": str(suite), "searchers": ["greedy-dim"], "profile": "cpu-2c", "rounds": 1, "seed": 0,
+                "model": estimator.compute_name}
+    (out / "t.partial.json").write_text(json.dumps(settings))
+    df = run_bench(suite, ["greedy-dim"], estimator, "cpu-2c", 1, out, "t")
+    assert df.measured_ms.tolist() == [123.0]  # taken from the partial file, not timed
+    assert not (out / "t.partial.csv").exists() and not (out / "t.partial.json").exists()
+    pd.DataFrame([done]).to_csv(out / "t.partial.csv", index=False)
+    (out / "t.partial.json").write_text(json.dumps({**settings, "rounds": 3}))
+    df = run_bench(suite, ["greedy-dim"], estimator, "cpu-2c", 1, out, "t")  # other settings: timed afresh
+    assert df.measured_ms.tolist() != [123.0] and df.measured_ms.iloc[0] > 0
 
 
 def test_neuroshard_packs_tight_tasks_that_the_cost_order_strands(estimator):

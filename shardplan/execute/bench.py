@@ -10,6 +10,11 @@ Writes ``<out>/<name>.csv`` (one row per task and searcher; the per-rank
 measured and predicted compute as JSON lists) and
 ``<out>/<name>.md`` (the table, and per searcher the geometric mean of its
 measured cost over TorchRec's, over the tasks TorchRec could plan).
+
+Resumable: after every task the rows so far go to ``<out>/<name>.partial.csv``
+beside a ``.partial.json`` of the run's settings; a run with the same settings
+skips the tasks found there, and the partial files go once the results are
+written.
 """
 from __future__ import annotations
 
@@ -86,15 +91,39 @@ def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profi
     from ..formats import load_task
 
     load_before = load1()
-    rows: list[dict] = []
-    for path in tqdm(tasks, desc=f"bench {suite.name}"):
-        task_rows, _ = bench_task(load_task(path), searchers, estimator, profile, rounds, seed)
-        rows += task_rows
-    df = pd.DataFrame(rows)
     out_dir.mkdir(parents=True, exist_ok=True)
+    partial = out_dir / f"{name}.partial.csv"
+    settings = {"suite": str(suite), "searchers": searchers, "profile": profile, "rounds": rounds, "seed": seed,
+                "model": estimator.compute_name}
+    rows = _resumed_rows(partial, settings)
+    done = {r["task"] for r in rows}
+    for path in tqdm(tasks, desc=f"bench {suite.name}"):
+        task = load_task(path)
+        if task.name in done:
+            continue
+        task_rows, _ = bench_task(task, searchers, estimator, profile, rounds, seed)
+        rows += task_rows
+        write_text_atomic(partial, pd.DataFrame(rows).to_csv(index=False))
+    df = pd.DataFrame(rows)
     df.to_csv(out_dir / f"{name}.csv", index=False)
     write_text_atomic(out_dir / f"{name}.md", bench_markdown(df, suite, profile, rounds, load_before, load1(), command))
+    partial.unlink(missing_ok=True)
+    partial.with_suffix(".json").unlink(missing_ok=True)
     return df
+
+
+def _resumed_rows(partial: Path, settings: dict) -> list[dict]:
+    """Rows of an interrupted run with the same settings; otherwise start afresh (and say so)."""
+    stamp = partial.with_suffix(".json")
+    if partial.exists() and stamp.exists() and json.loads(stamp.read_text()) == settings:
+        rows = pd.read_csv(partial).to_dict("records")
+        tqdm.write(f"resuming {partial}: {len({r['task'] for r in rows})} task(s) done")
+        return rows
+    if partial.exists():
+        tqdm.write(f"{partial} is from a run with other settings: starting afresh")
+    partial.unlink(missing_ok=True)
+    write_text_atomic(stamp, json.dumps(settings))
+    return []
 
 
 def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, load_before: float,
