@@ -36,6 +36,7 @@ from ..memory import rank_memory_gb
 
 MEASURE_ID_SEED = 1_000_003  # ids independent of the collector's (which uses the sample index)
 MEASURE_ATTEMPTS = 3  # a rank timed while the machine was disturbed is timed again (kernel.disturbed)
+MEASURE_PAUSE_S = 0.5  # before a retry, times the attempt number (a bench is thousands of rank timings)
 
 
 def time_rank(specs: list[ShardSpec], optimizer: str, dtype: str, profile: Profile,
@@ -49,7 +50,7 @@ def time_rank(specs: list[ShardSpec], optimizer: str, dtype: str, profile: Profi
         return t.fwd_ms, t.bwd_ms, 1.0
     b = time_specs_bracketed(specs, optimizer, dtype, profile.device, MEASURE_ID_SEED, profile.warmup,
                              profile.repeats, quiet_ms=nominal, max_attempts=MEASURE_ATTEMPTS,
-                             slow_limit=MEASURE_SLOW_LIMIT)
+                             slow_limit=MEASURE_SLOW_LIMIT, pause_s=MEASURE_PAUSE_S)
     factor = slowdown(b.ref_before_ms, b.ref_after_ms, nominal)
     return b.timing.fwd_ms / factor, b.timing.bwd_ms / factor, factor
 
