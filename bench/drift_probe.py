@@ -28,7 +28,7 @@ import torch
 from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
-from shardplan.cost.kernel import slowdown, time_reference, time_specs
+from shardplan.cost.kernel import slowdown, time_specs_bracketed
 from shardplan.cost.profiles import get_profile, load1, machine_stamp, reference_ms
 from shardplan.cost.specs import rank_specs
 from shardplan.execute.measure import MEASURE_ID_SEED
@@ -57,11 +57,11 @@ def main() -> None:
     rows = []
     for i in tqdm(range(args.times), desc="drift probe"):
         for r, rank in enumerate(specs):
-            before = time_reference(profile.device)
-            t = time_specs(rank, task.optimizer, task.dtype, profile.device, id_seed=MEASURE_ID_SEED,
-                           warmup=profile.warmup, repeats=profile.repeats)
-            after = time_reference(profile.device)
-            factor = slowdown(before, after, quiet)
+            # One attempt, no retry: the point is to see every slowdown, not to avoid it.
+            b = time_specs_bracketed(rank, task.optimizer, task.dtype, profile.device, MEASURE_ID_SEED,
+                                     profile.warmup, profile.repeats)
+            t = b.timing
+            factor = slowdown(b.ref_before_ms, b.ref_after_ms, quiet)
             rows.append({"time": i, "rank": r, "raw_ms": t.fwd_ms + t.bwd_ms, "reference_slowdown": factor,
                          "divided_ms": (t.fwd_ms + t.bwd_ms) / factor,
                          "predicted_ms": plan.cost.per_rank[r].compute_ms})

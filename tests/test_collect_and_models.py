@@ -156,17 +156,18 @@ def test_measurements_accept_a_steady_slowdown_but_retry_a_burst(monkeypatch):
     """Plan measurements keep a steadily 1.6x slow timing (it divides out) and retry one whose speed
     changed during it; the collector's stricter limit retries both."""
     from shardplan.cost import kernel
+    from shardplan.execute.measure import MEASURE_SLOW_LIMIT
 
-    assert not kernel.disturbed(1.6, 1.7, 1.0, kernel.MEASURE_SLOW_LIMIT)
+    assert not kernel.disturbed(1.6, 1.7, 1.0, MEASURE_SLOW_LIMIT)
     assert kernel.disturbed(1.6, 1.7, 1.0)  # the collector's QUIET_TOLERANCE
-    assert kernel.disturbed(1.0, 1.5, 1.0, kernel.MEASURE_SLOW_LIMIT)  # a burst, even if under the limit
-    assert kernel.disturbed(2.5, 2.6, 1.0, kernel.MEASURE_SLOW_LIMIT)
+    assert kernel.disturbed(1.0, 1.5, 1.0, MEASURE_SLOW_LIMIT)  # a burst, even if under the limit
+    assert kernel.disturbed(2.5, 2.6, 1.0, MEASURE_SLOW_LIMIT)
     monkeypatch.setattr(kernel.time, "sleep", lambda s: None)
     specs = [ShardSpec("x", 500, 0, 500, 8, 2.0, 0.5, 64)]
     refs = iter([1.0, 1.5, 1.6, 1.7, 1.0, 1.0])  # a burst, then steady at 1.6x: the second is kept
     monkeypatch.setattr(kernel, "time_reference", lambda device="cpu": next(refs))
     b = kernel.time_specs_bracketed(specs, "sgd", "fp32", "cpu", 0, 1, 2, quiet_ms=1.0, max_attempts=3,
-                                    slow_limit=kernel.MEASURE_SLOW_LIMIT)
+                                    slow_limit=MEASURE_SLOW_LIMIT)
     assert (b.ref_before_ms, b.ref_after_ms, b.attempts) == (1.6, 1.7, 2)
 
 

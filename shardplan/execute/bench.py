@@ -70,7 +70,8 @@ def bench_task(task: Task, searchers: list[str], estimator: PlanEstimator, profi
 
 
 def geomean_vs(df: pd.DataFrame, reference: str = REFERENCE, column: str = "measured_ms") -> pd.DataFrame:
-    """Per searcher: geometric mean of measured cost / the reference's, over tasks both planned."""
+    """Per searcher: geometric mean of its ``column`` (measured cost by default) over the reference's,
+    over the tasks both planned."""
     ref = df[df.searcher == reference].set_index("task")[column].dropna()
     out = []
     for name, g in df.groupby("searcher", sort=False):
