@@ -194,6 +194,20 @@ def test_bench_measures_and_compares_to_torchrec(tmp_path, task_dict, estimator)
     assert "geomean_vs_torchrec" in md and "predicted_geomean_vs_torchrec" in md and (tmp_path / "out" / "t.csv").exists()
 
 
+def test_geomean_against_the_per_task_best_of_a_family():
+    """Each task's reference is the lowest of the family there; tasks the searcher skipped drop out."""
+    from shardplan.execute.bench import geomean_vs
+
+    df = pd.DataFrame({"task": ["a", "a", "a", "b", "b", "b"],
+                       "searcher": ["ours", "g1", "g2", "ours", "g1", "g2"],
+                       "measured_ms": [8.0, 10.0, 16.0, 9.0, 12.0, 3.0]})
+    out = geomean_vs(df, ("g1", "g2"), label="best").set_index("searcher")
+    assert out.loc["ours", "geomean_vs_best"] == pytest.approx((0.8 * 3.0) ** 0.5)
+    assert out.loc["g1", "geomean_vs_best"] == pytest.approx((1.0 * 4.0) ** 0.5)
+    single = geomean_vs(df.drop(index=3), "g1").set_index("searcher")
+    assert single.loc["ours", "tasks_compared"] == 1 and single.loc["ours", "geomean_vs_g1"] == pytest.approx(0.8)
+
+
 def test_bench_resumes_an_interrupted_run_and_only_with_the_same_settings(tmp_path, task_dict, estimator):
     """Tasks found in the partial file of a run with the same settings are not planned or timed again."""
     from shardplan.execute.bench import run_bench

@@ -68,6 +68,10 @@ _greedy("greedy-lookup", "LPT greedy by dim x pooling factor",
         lambda task: lambda t: t.embedding_dim * t.pooling_factor)
 _greedy("greedy-size-lookup", "LPT greedy by normalised size x lookup", _size_lookup)
 
+# The greedy baselines of the literature (issue 3's "best greedy baseline"); ``greedy-cost`` uses our
+# learned model and is not one of them.
+LITERATURE_GREEDY = ("greedy-size", "greedy-dim", "greedy-lookup", "greedy-size-lookup")
+
 
 @register
 class RandomSearcher(Searcher):
