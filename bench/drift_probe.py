@@ -69,7 +69,8 @@ def main() -> None:
     per_rank = df.groupby("rank").agg(raw_min=("raw_ms", "min"), raw_max=("raw_ms", "max"),
                                       slowdown_min=("reference_slowdown", "min"),
                                       slowdown_max=("reference_slowdown", "max"),
-                                      divided_median=("divided_ms", "median"), predicted=("predicted_ms", "first"))
+                                      divided_median=("divided_ms", "median"), divided_min=("divided_ms", "min"),
+                                      predicted=("predicted_ms", "first"))
     md = "\n".join([f"# Drift probe: {args.searcher} plan of `{task.name}`", "",
                     f"Command: `.venv/bin/python bench/drift_probe.py {shlex.join(sys.argv[1:])}`  ",
                     f"Date {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine_stamp()['cpu_model']}, "

@@ -66,7 +66,9 @@ def bench_task(task: Task, searchers: list[str], estimator: PlanEstimator, profi
                        predicted_compute_ms=max(r.compute_ms for r in plan.cost.per_rank),
                        # Every rank, not only the slowest: where the model misses on a balanced plan.
                        measured_rank_compute_ms=json.dumps([round(r.compute_ms, 4) for r in m.per_rank]),
-                       predicted_rank_compute_ms=json.dumps([round(r.compute_ms, 4) for r in plan.cost.per_rank]))
+                       predicted_rank_compute_ms=json.dumps([round(r.compute_ms, 4) for r in plan.cost.per_rank]),
+                       # Every round of every rank: other estimators (the median) can be computed afterwards.
+                       measured_rank_rounds_ms=json.dumps(m.extra["rounds_compute_ms_per_rank"]))
     return rows, [replace(p, measured_cost=m) for p, m in zip(plans, measured)]
 
 
@@ -156,7 +158,7 @@ def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, loa
     lines = [f"# shardplan bench: `{suite}` on profile `{profile}`", "",
              f"Date {dt.date.today()}; {machine_stamp()['cpu_model']}; load {load_before:.2f} before, "
              f"{load_after:.2f} after. Measured = per-rank fwd+bwd compute timed on real FBGEMM kernels "
-             f"(median of {rounds} interleaved round(s), each the profile's median of repeats) plus comm "
+             f"(fastest of {rounds} interleaved round(s), each the profile's median of repeats) plus comm "
              "from the profile's comm model; predicted = the neural cost model plus the same comm model. "
              "Plan cost = slowest rank, ms. `geomean_vs_best_greedy`: over the best of the literature's greedy "
              f"baselines on each task ({', '.join(greedy) or 'none run'})." + (f" Command: `{command}`." if command else ""), "",
