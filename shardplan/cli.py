@@ -352,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("plan")
     ev.add_argument("-o", "--out", required=True)
     ev.add_argument("--measure", action="store_true", help="also time every rank on real FBGEMM")
-    ev.add_argument("--rounds", type=int, default=1, help="interleaved measurement rounds (each rank's fastest kept)")
+    ev.add_argument("--rounds", type=int, default=1, help="interleaved measurement rounds (each rank's median kept)")
     ev.set_defaults(func=_cmd_evaluate)
 
     val = sub.add_parser("validate", help="check a plan: tiling, ranks, memory (exit 1 if invalid)")
@@ -395,7 +395,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--suite", default="data/tasks/cpu-bench")
     bench.add_argument("--searchers", default="all", help="comma-separated names, or all")
     bench.add_argument("--rounds", type=int, default=1,
-                       help="interleaved measurement rounds per task (each rank's fastest kept)")
+                       help="interleaved measurement rounds per task (each rank's median kept)")
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--out", default="bench/results")
     bench.add_argument("--name", help="result file stem (default bench-<profile>-<suite>)")

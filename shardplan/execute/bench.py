@@ -158,7 +158,7 @@ def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, loa
     lines = [f"# shardplan bench: `{suite}` on profile `{profile}`", "",
              f"Date {dt.date.today()}; {machine_stamp()['cpu_model']}; load {load_before:.2f} before, "
              f"{load_after:.2f} after. Measured = per-rank fwd+bwd compute timed on real FBGEMM kernels "
-             f"(fastest of {rounds} interleaved round(s), each the profile's median of repeats) plus comm "
+             f"(median of {rounds} interleaved round(s), each the profile's median of repeats) plus comm "
              "from the profile's comm model; predicted = the neural cost model plus the same comm model. "
              "Plan cost = slowest rank, ms. `geomean_vs_best_greedy`: over the best of the literature's greedy "
              f"baselines on each task ({', '.join(greedy) or 'none run'})." + (f" Command: `{command}`." if command else ""), "",

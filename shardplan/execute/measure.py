@@ -17,17 +17,18 @@ divide a steady slowdown out.
 
 Several plans are measured interleaved: in each round, the plans take turns
 rank by rank, in an order rotated from round to round, so noise hits them
-alike. A rank's figure is its fastest round (by divided fwd+bwd; every
-round's figure is kept in the cost block): a disturbance only ever slows a
-kernel, and dividing by the reference removes only part of it (the reference
-is small and cache-resident; the memory-heavy ranks of real plans slow more).
-Timed six times on a disturbed machine, TorchRec's two ranks of
-``unseen-a-10`` divided to a median 29% and 38% above their quiet-machine
-times, and a fastest 1% and 9% above (``bench/results/drift-probe-unseen-a-10.md``).
+alike. A rank's figure is its median round (every round's figure is kept in
+the cost block). The fastest round was tried and rejected: dividing by the
+reference errs both ways on a disturbed machine (``bench/drift_probe.py`` saw
+TorchRec's ranks of ``unseen-a-10`` divide to 1.3x their quiet time while the
+reference read 1.1x, and an hour later to 0.55x while it read 4-5x), so the
+fastest divided round is not the least disturbed one.
 Communication is not run here: it comes from the profile's comm model, and the
 cost block says so.
 """
 from __future__ import annotations
+
+import statistics
 
 import torch
 
@@ -87,15 +88,15 @@ def measure_plans(plans: list[Plan], profile_name: str = "cpu-2c", rounds: int =
     for plan, per_rank in zip(plans, samples):
         comm = comm_model.rank_comm_ms(rank_volumes(plan), plan.task.topology)
         mem = rank_memory_gb(plan)
-        fastest = [min(s, key=lambda x: x[0] + x[1]) for s in per_rank]
-        ranks = tuple(RankCost(r, f[0], f[1], comm[r][0], comm[r][1], mem[r]) for r, f in enumerate(fastest))
+        ranks = tuple(RankCost(r, statistics.median(x[0] for x in s), statistics.median(x[1] for x in s),
+                               comm[r][0], comm[r][1], mem[r]) for r, s in enumerate(per_rank))
         out.append(PlanCost(kind="measured", profile=profile.name, per_rank=ranks, extra={
             "compute": (f"measured: FBGEMM {profile.device} TBE fwd/bwd, median of {profile.repeats} after "
-                        f"{profile.warmup} warm-up, fastest of {rounds} interleaved round(s), "
+                        f"{profile.warmup} warm-up, median of {rounds} interleaved round(s), "
                         f"{profile.threads or 'default'} thread(s) per rank; "
                         + (f"divided by the machine's slowdown against the quiet reference ({nominal:.3f} ms)"
                            if nominal else "raw (no reference.json: not normalised for machine drift)")),
-            "slowdown_per_rank": [round(f[2], 3) for f in fastest],
+            "slowdown_per_rank": [round(statistics.median(x[2] for x in s), 3) for s in per_rank],
             "rounds_compute_ms_per_rank": [[round(x[0] + x[1], 4) for x in s] for s in per_rank],
             "comm_model": f"{comm_model.name} ({comm_model.kind})",
             "load1_before": round(load_before, 2), "load1_after": round(load1(), 2)}))
