@@ -22,7 +22,8 @@ from tqdm import tqdm
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1, machine_stamp
 from shardplan.errors import InfeasibleError
-from shardplan.execute.measure import measure_rank_compute
+from shardplan.execute.bench import machine_state_line
+from shardplan.execute.measure import measure_plan
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import get_searcher
 
@@ -46,14 +47,16 @@ def main() -> None:
         except InfeasibleError as e:
             print(f"{task.name}: {args.searcher} cannot plan it: {e}")
             continue
-        measured = measure_rank_compute(plan, args.profile, rounds=args.rounds)
-        for r, (rc, (mf, mb)) in enumerate(zip(plan.cost.per_rank, measured)):
-            if mf + mb == 0:
+        measured = measure_plan(plan, args.profile, rounds=args.rounds)
+        slow = measured.extra.get("slowdown_per_rank", [float("nan")] * len(measured.per_rank))
+        for r, (rc, m) in enumerate(zip(plan.cost.per_rank, measured.per_rank)):
+            if m.compute_ms == 0:
                 continue
             rows.append({"task": task.name, "rank": r, "tables": len(task.tables),
                          "shards": sum(1 for t in plan.tables for s in t.shards if s.rank == r),
                          "pred_fwd_ms": rc.fwd_compute_ms, "pred_bwd_ms": rc.bwd_compute_ms,
-                         "meas_fwd_ms": mf, "meas_bwd_ms": mb})
+                         "meas_fwd_ms": m.fwd_compute_ms, "meas_bwd_ms": m.bwd_compute_ms,
+                         "reference_slowdown": slow[r]})
     df = pd.DataFrame(rows)
     df["pred_ms"] = df.pred_fwd_ms + df.pred_bwd_ms
     df["meas_ms"] = df.meas_fwd_ms + df.meas_bwd_ms
@@ -73,7 +76,7 @@ def main() -> None:
     md = [f"# Predicted vs measured rank compute on {args.searcher} plans of `{args.suite}`", "",
           f"Command: `.venv/bin/python bench/plan_accuracy.py {shlex.join(sys.argv[1:])}`  ",
           f"Date {dt.date.today()}, {machine_stamp()['cpu_model']}, load {load_before:.2f} before / "
-          f"{load1():.2f} after.", "", summary, "",
+          f"{load1():.2f} after.", "", machine_state_line(df.reference_slowdown.dropna().tolist()), "", summary, "",
           "| task | ranks | max shards/rank | MAPE | worst rank error |", "| --- | --- | --- | --- | --- |"]
     md += [f"| {t} | {r.ranks} | {r.max_shards} | {r.mape * 100:.1f}% | {r.worst * 100:+.1f}% |"
            for t, r in per_task.iterrows()]

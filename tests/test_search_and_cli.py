@@ -192,6 +192,7 @@ def test_bench_measures_and_compares_to_torchrec(tmp_path, task_dict, estimator)
     assert not df[df.task == "b"].valid.any()
     md = (tmp_path / "out" / "t.md").read_text()
     assert "geomean_vs_torchrec" in md and "predicted_geomean_vs_torchrec" in md and (tmp_path / "out" / "t.csv").exists()
+    assert "Machine state: the reference workload ran" in md  # every results file says how slow the machine ran
 
 
 def test_geomean_against_the_per_task_best_of_a_family():

@@ -29,6 +29,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from ..cost.estimator import PlanEstimator
+from ..cost.kernel import QUIET_TOLERANCE
 from ..cost.profiles import load1, machine_stamp
 from ..domain import Plan, Task
 from ..errors import InputError
@@ -68,7 +69,8 @@ def bench_task(task: Task, searchers: list[str], estimator: PlanEstimator, profi
                        measured_rank_compute_ms=json.dumps([round(r.compute_ms, 4) for r in m.per_rank]),
                        predicted_rank_compute_ms=json.dumps([round(r.compute_ms, 4) for r in plan.cost.per_rank]),
                        # Every round of every rank: other estimators (the median) can be computed afterwards.
-                       measured_rank_rounds_ms=json.dumps(m.extra["rounds_compute_ms_per_rank"]))
+                       measured_rank_rounds_ms=json.dumps(m.extra["rounds_compute_ms_per_rank"]),
+                       rank_slowdown=json.dumps(m.extra.get("slowdown_per_rank", [])))
     return rows, [replace(p, measured_cost=m) for p, m in zip(plans, measured)]
 
 
@@ -156,6 +158,7 @@ def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, loa
     # Searcher.plan validates every plan it returns, so "not planned" means it reported the task infeasible.
     summary["not_planned"] = summary.searcher.map(df.groupby("searcher")["valid"].apply(lambda v: int((~v.astype(bool)).sum())))
     lines = [f"# shardplan bench: `{suite}` on profile `{profile}`", "",
+             machine_state_line(_all_slowdowns(df)), "",
              f"Date {dt.date.today()}; {machine_stamp()['cpu_model']}; load {load_before:.2f} before, "
              f"{load_after:.2f} after. Measured = per-rank fwd+bwd compute timed on real FBGEMM kernels "
              f"(median of {rounds} interleaved round(s), each the profile's median of repeats) plus comm "
@@ -168,3 +171,24 @@ def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, loa
                  "plan_seconds", "valid", "error"]].fillna({"error": ""}).to_markdown(index=False, floatfmt=".3f"),
              ""]
     return "\n".join(lines)
+
+
+def _all_slowdowns(df: pd.DataFrame) -> list[float]:
+    if "rank_slowdown" not in df:  # results written before the column existed
+        return []
+    return [x for cell in df["rank_slowdown"].dropna() for x in json.loads(cell)]
+
+
+def machine_state_line(slowdowns: list[float]) -> str:
+    """How slow the machine ran while a results file was measured, read off the reference workload.
+
+    Every measured figure is divided by that slowdown, but the division is only as good as the
+    reference's likeness to the workload (``bench/drift_probe.py``): figures taken on a machine
+    much over 1.0 deserve less trust than the same figures from a quiet one.
+    """
+    if not slowdowns:
+        return "Machine state: not recorded."
+    q = np.quantile(slowdowns, [0.1, 0.5, 0.9])
+    return (f"Machine state: the reference workload ran {q[1]:.2f}x its quiet time (median over "
+            f"{len(slowdowns)} rank timings; 10th-90th percentile {q[0]:.2f}-{q[2]:.2f}x). Quiet is 1.00; "
+            f"cost data is only collected under {QUIET_TOLERANCE}x.")

@@ -106,7 +106,3 @@ def measure_plans(plans: list[Plan], profile_name: str = "cpu-2c", rounds: int =
 def measure_plan(plan: Plan, profile_name: str = "cpu-2c", rounds: int = 1) -> PlanCost:
     return measure_plans([plan], profile_name, rounds)[0]
 
-
-def measure_rank_compute(plan: Plan, profile_name: str = "cpu-2c", rounds: int = 1) -> list[tuple[float, float]]:
-    """(fwd_ms, bwd_ms) per rank of one plan."""
-    return [(r.fwd_compute_ms, r.bwd_compute_ms) for r in measure_plan(plan, profile_name, rounds).per_rank]
