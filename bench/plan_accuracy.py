@@ -20,9 +20,10 @@ import pandas as pd
 from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
-from shardplan.cost.profiles import load1, machine_stamp
+from shardplan.cost.profiles import get_profile, load1, machine_stamp
 from shardplan.errors import InfeasibleError
 from shardplan.execute.bench import machine_state_line
+from shardplan.execute.fitness import wait_until_fit
 from shardplan.execute.measure import measure_plan
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import get_searcher
@@ -35,6 +36,8 @@ def main() -> None:
     ap.add_argument("--searcher", default="torchrec")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--wait-fit", type=float, default=0.0, metavar="MINUTES",
+                    help="before each task, wait up to this long for a machine that reproduces its cost labels")
     args = ap.parse_args()
     est = load_estimator(args.profile)
     searcher = get_searcher(args.searcher)
@@ -47,6 +50,7 @@ def main() -> None:
         except InfeasibleError as e:
             print(f"{task.name}: {args.searcher} cannot plan it: {e}")
             continue
+        fitness = wait_until_fit(get_profile(args.profile), 60 * args.wait_fit)
         measured = measure_plan(plan, args.profile, rounds=args.rounds)
         slow = measured.extra.get("slowdown_per_rank", [float("nan")] * len(measured.per_rank))
         for r, (rc, m) in enumerate(zip(plan.cost.per_rank, measured.per_rank)):
@@ -56,7 +60,8 @@ def main() -> None:
                          "shards": sum(1 for t in plan.tables for s in t.shards if s.rank == r),
                          "pred_fwd_ms": rc.fwd_compute_ms, "pred_bwd_ms": rc.bwd_compute_ms,
                          "meas_fwd_ms": m.fwd_compute_ms, "meas_bwd_ms": m.bwd_compute_ms,
-                         "reference_slowdown": slow[r]})
+                         "reference_slowdown": slow[r],
+                         "fit_label_ratio": fitness.label_ratio if fitness else float("nan")})
     df = pd.DataFrame(rows)
     df["pred_ms"] = df.pred_fwd_ms + df.pred_bwd_ms
     df["meas_ms"] = df.meas_fwd_ms + df.meas_bwd_ms
@@ -76,7 +81,8 @@ def main() -> None:
     md = [f"# Predicted vs measured rank compute on {args.searcher} plans of `{args.suite}`", "",
           f"Command: `.venv/bin/python bench/plan_accuracy.py {shlex.join(sys.argv[1:])}`  ",
           f"Date {dt.date.today()}, {machine_stamp()['cpu_model']}, load {load_before:.2f} before / "
-          f"{load1():.2f} after.", "", machine_state_line(df.reference_slowdown.dropna().tolist()), "", summary, "",
+          f"{load1():.2f} after.", "", machine_state_line(df.reference_slowdown.dropna().tolist(),
+                                                    df.groupby("task").fit_label_ratio.first().dropna().tolist()), "", summary, "",
           "| task | ranks | max shards/rank | MAPE | worst rank error |", "| --- | --- | --- | --- | --- |"]
     md += [f"| {t} | {r.ranks} | {r.max_shards} | {r.mape * 100:.1f}% | {r.worst * 100:+.1f}% |"
            for t, r in per_task.iterrows()]

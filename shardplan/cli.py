@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .errors import InputError
+from .errors import InputError, MachineUnfitError
 
 COLLECT_POOLS = ("meta_synthetic", "criteo_kaggle", "criteo_terabyte", "mlperf_dlrmv2")
 DEFAULT_TASK = Path(__file__).resolve().parent.parent / "data" / "tasks" / "default.json"
@@ -212,7 +212,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     suite = Path(args.suite)
     name = args.name or f"bench-{args.profile}-{suite.name}"
     df = run_bench(suite, names, _estimator(args), args.profile, args.rounds, Path(args.out), name, args.seed,
-                   limit=args.limit, pattern=args.tasks, command=command_line())
+                   limit=args.limit, pattern=args.tasks, command=command_line(), wait_fit_s=60 * args.wait_fit)
     print(geomean_vs(df).to_string(index=False))
     print(f"wrote {args.out}/{name}.csv and .md")
     return 0
@@ -401,6 +401,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--name", help="result file stem (default bench-<profile>-<suite>)")
     bench.add_argument("--limit", type=int, help="only the first N tasks of the suite (sorted by name)")
     bench.add_argument("--tasks", default="*.json", help="file-name pattern of the suite's tasks to run")
+    bench.add_argument("--wait-fit", type=float, default=0.0, metavar="MINUTES",
+                       help="before each task, wait up to this long for the machine to reproduce its "
+                            "cost labels (shardplan.execute.fitness); 0 measures at once and records the "
+                            "probe; exit 3 when the wait runs out (run again to resume)")
     bench.set_defaults(func=_cmd_bench)
 
     train = with_profile(sub.add_parser("train", help="train the compute-cost model from committed data"),
@@ -472,6 +476,9 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except MachineUnfitError as e:  # not bad input: the same command can succeed later
+        print(f"error: {e}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

@@ -22,3 +22,10 @@ class InputError(ValueError):
 
 class InfeasibleError(InputError):
     """No plan can satisfy the task's constraints (memory, ranks)."""
+
+
+class MachineUnfitError(RuntimeError):
+    """The machine stayed too disturbed to measure on (``shardplan.execute.fitness``).
+
+    Not bad input: the same command can succeed later. The CLI exits 3.
+    """

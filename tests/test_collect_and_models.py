@@ -187,6 +187,39 @@ def test_plan_measurement_reports_every_round(monkeypatch, plan_dict):
     assert m.extra["slowdown_per_rank"] == [1.2, 1.4] and "median of 3" in m.extra["compute"]
 
 
+def test_fitness_probe_compares_retimed_ranks_with_their_labels(monkeypatch):
+    """Fit when stored ranks re-time (divided) near their labels and the reference is near quiet;
+    a wait that runs out is a MachineUnfitError, a zero wait returns the unfit probe."""
+    from shardplan.cost.kernel import KernelTiming
+    from shardplan.errors import MachineUnfitError
+    from shardplan.execute import fitness
+
+    prof = get_profile("cpu-2c")
+    ranks = fitness.probe_ranks(prof)
+    assert len(ranks) == fitness.PROBE_RANKS and all(4.0 <= r.label_ms <= 12.0 for r in ranks)
+    assert fitness.probe_ranks(prof) == ranks  # a fixed choice
+    state = {"speed": 1.0, "ref": 1.0}
+    quiet = fitness.reference_ms(prof)
+    labels = iter(r.label_ms for r in ranks * 100)
+
+    def fake_time(specs, *a, **k):
+        ms = next(labels) * state["speed"] * state["ref"]  # the raw time: label x own drift x machine
+        return KernelTiming(ms / 2, ms / 2, (), ())
+
+    monkeypatch.setattr(fitness, "time_specs", fake_time)
+    monkeypatch.setattr(fitness, "time_reference", lambda device="cpu": quiet * state["ref"])
+    monkeypatch.setattr(fitness.time, "sleep", lambda s: None)
+    f = fitness.probe(prof)
+    assert f.label_ratio == pytest.approx(1.0) and f.fit
+    state["ref"] = 1.6  # divided out, but the machine is past the collector's limit
+    assert fitness.probe(prof).label_ratio == pytest.approx(1.0) and not fitness.probe(prof).fit
+    state.update(ref=1.05, speed=1.3)  # the reference reads quiet but ranks run 1.3x: unfit
+    f = fitness.wait_until_fit(prof, 0)
+    assert f.label_ratio == pytest.approx(1.3) and not f.fit
+    with pytest.raises(MachineUnfitError, match="run the same command again later"):
+        fitness.wait_until_fit(prof, max_wait_s=90, poll_s=30)
+
+
 def test_retime_pairs_rows_with_the_source_and_resumes(tmp_path):
     from shardplan.cost.collect import retime
 

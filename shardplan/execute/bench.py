@@ -30,13 +30,14 @@ from tqdm import tqdm
 
 from ..cost.estimator import PlanEstimator
 from ..cost.kernel import QUIET_TOLERANCE
-from ..cost.profiles import load1, machine_stamp
+from ..cost.profiles import get_profile, load1, machine_stamp
 from ..domain import Plan, Task
 from ..errors import InputError
 from ..formats import write_text_atomic
 from ..search import get_searcher
 from ..search.heuristics import LITERATURE_GREEDY
 from ..validate import plan_problems
+from .fitness import LABEL_TOLERANCE, wait_until_fit
 from .measure import measure_plans
 
 REFERENCE = "torchrec"
@@ -98,7 +99,7 @@ def geomean_vs(df: pd.DataFrame, reference: str | tuple[str, ...] = REFERENCE, c
 
 def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profile: str, rounds: int,
               out_dir: Path, name: str, seed: int = 0, limit: int | None = None,
-              pattern: str = "*.json", command: str = "") -> pd.DataFrame:
+              pattern: str = "*.json", command: str = "", wait_fit_s: float = 0.0) -> pd.DataFrame:
     tasks = sorted(suite.glob(pattern))[:limit]
     if not tasks:
         raise InputError(str(suite), "holds no task files (*.json)")
@@ -115,7 +116,11 @@ def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profi
         task = load_task(path)
         if task.name in done:
             continue
+        fitness = wait_until_fit(get_profile(profile), wait_fit_s)
         task_rows, _ = bench_task(task, searchers, estimator, profile, rounds, seed)
+        if fitness is not None:
+            for row in task_rows:
+                row.update(fit_label_ratio=fitness.label_ratio, fit_reference=fitness.reference_slowdown)
         rows += task_rows
         write_text_atomic(partial, pd.DataFrame(rows).to_csv(index=False))
     df = pd.DataFrame(rows)
@@ -158,7 +163,7 @@ def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, loa
     # Searcher.plan validates every plan it returns, so "not planned" means it reported the task infeasible.
     summary["not_planned"] = summary.searcher.map(df.groupby("searcher")["valid"].apply(lambda v: int((~v.astype(bool)).sum())))
     lines = [f"# shardplan bench: `{suite}` on profile `{profile}`", "",
-             machine_state_line(_all_slowdowns(df)), "",
+             machine_state_line(_all_slowdowns(df), _fitness_by_task(df)), "",
              f"Date {dt.date.today()}; {machine_stamp()['cpu_model']}; load {load_before:.2f} before, "
              f"{load_after:.2f} after. Measured = per-rank fwd+bwd compute timed on real FBGEMM kernels "
              f"(median of {rounds} interleaved round(s), each the profile's median of repeats) plus comm "
@@ -179,16 +184,29 @@ def _all_slowdowns(df: pd.DataFrame) -> list[float]:
     return [x for cell in df["rank_slowdown"].dropna() for x in json.loads(cell)]
 
 
-def machine_state_line(slowdowns: list[float]) -> str:
-    """How slow the machine ran while a results file was measured, read off the reference workload.
+def _fitness_by_task(df: pd.DataFrame) -> list[float]:
+    if "fit_label_ratio" not in df:
+        return []
+    return df.groupby("task")["fit_label_ratio"].first().dropna().tolist()
 
-    Every measured figure is divided by that slowdown, but the division is only as good as the
-    reference's likeness to the workload (``bench/drift_probe.py``): figures taken on a machine
-    much over 1.0 deserve less trust than the same figures from a quiet one.
+
+def machine_state_line(slowdowns: list[float], label_ratios: list[float] = ()) -> str:
+    """How slow the machine ran while a results file was measured.
+
+    Read off the reference workload (every measured figure is divided by its slowdown, a division
+    only as good as the reference's likeness to the workload: ``bench/drift_probe.py``) and, where
+    probed, off stored cost labels re-timed before each task (:mod:`shardplan.execute.fitness`):
+    figures from a machine far from 1.0 on either deserve less trust than a quiet machine's.
     """
     if not slowdowns:
         return "Machine state: not recorded."
     q = np.quantile(slowdowns, [0.1, 0.5, 0.9])
-    return (f"Machine state: the reference workload ran {q[1]:.2f}x its quiet time (median over "
+    line = (f"Machine state: the reference workload ran {q[1]:.2f}x its quiet time (median over "
             f"{len(slowdowns)} rank timings; 10th-90th percentile {q[0]:.2f}-{q[2]:.2f}x). Quiet is 1.00; "
             f"cost data is only collected under {QUIET_TOLERANCE}x.")
+    if len(label_ratios):
+        fit = sum(1 / LABEL_TOLERANCE <= r <= LABEL_TOLERANCE for r in label_ratios)
+        line += (f" Stored cost labels re-timed before each task came out at {np.median(label_ratios):.2f}x "
+                 f"(median; {min(label_ratios):.2f}-{max(label_ratios):.2f}x); {fit} of {len(label_ratios)} "
+                 f"tasks were measured on a machine within {LABEL_TOLERANCE}x of its labels.")
+    return line

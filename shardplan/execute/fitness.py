@@ -1,0 +1,128 @@
+"""Is the machine fit to measure plans? Re-time stored ranks and compare with their labels.
+
+Every measurement is divided by the slowdown of a small reference workload,
+and on this shared VM that reference does not always slow like real ranks do:
+``bench/drift_probe.py`` caught TorchRec's ranks of ``unseen-a-10`` dividing to
+1.3x their quiet-machine time while the reference read 1.1x, and an hour later
+to 0.55x while it read 4-5x. Whether the machine is in the state its cost
+data was labelled in is best asked of the labels themselves: a few whole ranks
+of real plans from the profile's ``compute-ranks.parquet`` (timed when the
+reference read within ``kernel.QUIET_TOLERANCE`` of quiet) are timed again,
+the same way, and their divided times compared with the stored ones. Two
+quiet timings of the same set differ by a median 3.2%
+(``data/profiles/cpu-2c/label-repeatability.md``), so a median ratio within
+:data:`LABEL_TOLERANCE` of 1 says the machine reproduces its labels.
+
+``shardplan bench --wait-fit MINUTES`` probes before every task and waits for
+a fit machine; every results file records the probe.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+from ..cost.kernel import QUIET_TOLERANCE, slowdown, time_reference, time_specs
+from ..cost.profiles import Profile, reference_ms
+from ..cost.specs import ShardSpec, specs_from_json
+from ..errors import MachineUnfitError
+
+PROBE_RANKS = 6  # ~5 s on cpu-2c: cheap enough to run before every bench task
+PROBE_LABEL_MS = (4.0, 12.0)  # ranks of the size the benches measure, not dominated by fixed overheads
+LABEL_TOLERANCE = 1.10  # median divided re-timing over label must lie within [1/1.10, 1.10]
+POLL_S = 30.0  # between probes while waiting
+
+
+@dataclass(frozen=True)
+class Fitness:
+    """One probe: ``label_ratio`` is the median of re-timed (divided) over stored fwd+bwd ms;
+    ``reference_slowdown`` the median reference slowdown around the re-timings."""
+
+    label_ratio: float
+    reference_slowdown: float
+
+    @property
+    def fit(self) -> bool:
+        return (1 / LABEL_TOLERANCE <= self.label_ratio <= LABEL_TOLERANCE
+                and self.reference_slowdown <= QUIET_TOLERANCE)
+
+    def describe(self) -> str:
+        return (f"stored ranks re-timed at {self.label_ratio:.2f}x their labels, reference "
+                f"{self.reference_slowdown:.2f}x quiet ({'fit' if self.fit else 'unfit'} to measure)")
+
+
+@dataclass(frozen=True)
+class _ProbeRank:
+    specs: tuple[ShardSpec, ...]
+    optimizer: str
+    dtype: str
+    id_seed: int
+    label_ms: float  # stored fwd+bwd, divided by its own slowdown
+
+
+@lru_cache(maxsize=4)
+def probe_ranks(profile: Profile, n: int = PROBE_RANKS, seed: int = 0) -> tuple[_ProbeRank, ...]:
+    """A fixed, seeded choice of ``n`` stored plan ranks (empty if the profile has none)."""
+    from ..cost.collect import row_id_seed  # the collector's id-seed rule, so the ids match the label's
+
+    path = profile.dir / "compute-ranks.parquet"
+    quiet = reference_ms(profile)
+    if not path.exists() or not quiet:
+        return ()
+    df = pd.read_parquet(path)
+    df = df[df.source == "plan-rank"].copy()
+    df["label"] = (df.fwd_ms + df.bwd_ms) / slowdown(df.ref_before_ms, df.ref_after_ms, quiet)
+    lo, hi = PROBE_LABEL_MS
+    pick = df[(df.label >= lo) & (df.label <= hi)]
+    pick = pick.sample(min(n, len(pick)), random_state=seed)
+    return tuple(_ProbeRank(tuple(specs_from_json(r["shards"])), str(r["optimizer"]), str(r["dtype"]),
+                            row_id_seed(r), float(r["label"])) for _, r in pick.iterrows())
+
+
+def probe(profile: Profile) -> Fitness | None:
+    """Time the probe ranks now; ``None`` where the profile has no stored ranks or quiet reference."""
+    ranks, quiet = probe_ranks(profile), reference_ms(profile)
+    if not ranks or not quiet:
+        return None
+    if profile.device == "cpu" and profile.threads:
+        torch.set_num_threads(profile.threads)
+    ratios, slows = [], []
+    for r in ranks:
+        before = time_reference(profile.device)
+        t = time_specs(list(r.specs), r.optimizer, r.dtype, profile.device, id_seed=r.id_seed,
+                       warmup=profile.warmup, repeats=profile.repeats)
+        factor = slowdown(before, time_reference(profile.device), quiet)
+        ratios.append((t.fwd_ms + t.bwd_ms) / factor / r.label_ms)
+        slows.append(factor)
+    # Geometric median of the ratios is the median of their logs: symmetric in fast and slow.
+    return Fitness(float(np.exp(statistics.median(np.log(ratios)))), float(statistics.median(slows)))
+
+
+def wait_until_fit(profile: Profile, max_wait_s: float, poll_s: float = POLL_S) -> Fitness | None:
+    """Probe; while unfit, probe again every ``poll_s`` for up to ``max_wait_s``.
+
+    Returns the last probe (fit, or unfit when ``max_wait_s`` is 0: the caller measures anyway
+    and records it). Raises :class:`MachineUnfitError` when a positive wait runs out.
+    """
+    f = probe(profile)
+    if f is None or f.fit or max_wait_s <= 0:
+        return f
+    waited = 0.0  # time slept between probes (each probe adds a few seconds more)
+    with tqdm(desc="waiting for a fit machine", unit="probe", leave=False) as bar:
+        while not f.fit:
+            if waited + poll_s > max_wait_s:
+                raise MachineUnfitError(
+                    f"machine not fit to measure after waiting {max_wait_s / 60:.0f} min: {f.describe()}; "
+                    "run the same command again later (a bench resumes where it stopped)")
+            time.sleep(poll_s)
+            waited += poll_s
+            f = probe(profile)
+            bar.set_postfix_str(f"{f.label_ratio:.2f}x labels, ref {f.reference_slowdown:.2f}x")
+            bar.update()
+    return f
