@@ -37,7 +37,7 @@ from ..formats import write_text_atomic
 from ..search import get_searcher
 from ..search.heuristics import LITERATURE_GREEDY
 from ..validate import plan_problems
-from .fitness import LABEL_TOLERANCE, wait_until_fit
+from .fitness import LABEL_TOLERANCE, Fitness, wait_until_fit
 from .measure import measure_plans
 
 REFERENCE = "torchrec"
@@ -163,7 +163,7 @@ def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, loa
     # Searcher.plan validates every plan it returns, so "not planned" means it reported the task infeasible.
     summary["not_planned"] = summary.searcher.map(df.groupby("searcher")["valid"].apply(lambda v: int((~v.astype(bool)).sum())))
     lines = [f"# shardplan bench: `{suite}` on profile `{profile}`", "",
-             machine_state_line(_all_slowdowns(df), _fitness_by_task(df)), "",
+             machine_state_line(_all_slowdowns(df), probes_by_task(df)), "",
              f"Date {dt.date.today()}; {machine_stamp()['cpu_model']}; load {load_before:.2f} before, "
              f"{load_after:.2f} after. Measured = per-rank fwd+bwd compute timed on real FBGEMM kernels "
              f"(median of {rounds} interleaved round(s), each the profile's median of repeats) plus comm "
@@ -184,13 +184,14 @@ def _all_slowdowns(df: pd.DataFrame) -> list[float]:
     return [x for cell in df["rank_slowdown"].dropna() for x in json.loads(cell)]
 
 
-def _fitness_by_task(df: pd.DataFrame) -> list[float]:
+def probes_by_task(df: pd.DataFrame) -> list[Fitness]:
     if "fit_label_ratio" not in df:
         return []
-    return df.groupby("task")["fit_label_ratio"].first().dropna().tolist()
+    first = df.groupby("task")[["fit_label_ratio", "fit_reference"]].first().dropna()
+    return [Fitness(r.fit_label_ratio, r.fit_reference) for r in first.itertuples()]
 
 
-def machine_state_line(slowdowns: list[float], label_ratios: list[float] = ()) -> str:
+def machine_state_line(slowdowns: list[float], probes: list[Fitness] = ()) -> str:
     """How slow the machine ran while a results file was measured.
 
     Read off the reference workload (every measured figure is divided by its slowdown, a division
@@ -204,9 +205,10 @@ def machine_state_line(slowdowns: list[float], label_ratios: list[float] = ()) -
     line = (f"Machine state: the reference workload ran {q[1]:.2f}x its quiet time (median over "
             f"{len(slowdowns)} rank timings; 10th-90th percentile {q[0]:.2f}-{q[2]:.2f}x). Quiet is 1.00; "
             f"cost data is only collected under {QUIET_TOLERANCE}x.")
-    if len(label_ratios):
-        fit = sum(1 / LABEL_TOLERANCE <= r <= LABEL_TOLERANCE for r in label_ratios)
-        line += (f" Stored cost labels re-timed before each task came out at {np.median(label_ratios):.2f}x "
-                 f"(median; {min(label_ratios):.2f}-{max(label_ratios):.2f}x); {fit} of {len(label_ratios)} "
-                 f"tasks were measured on a machine within {LABEL_TOLERANCE}x of its labels.")
+    if probes:
+        ratios = [f.label_ratio for f in probes]
+        line += (f" Stored cost labels re-timed before each task came out at {np.median(ratios):.2f}x "
+                 f"(median; {min(ratios):.2f}-{max(ratios):.2f}x); {sum(f.fit for f in probes)} of "
+                 f"{len(probes)} tasks were measured on a fit machine (labels within {LABEL_TOLERANCE}x, "
+                 f"reference within {QUIET_TOLERANCE}x).")
     return line
