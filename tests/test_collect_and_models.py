@@ -211,8 +211,10 @@ def test_fitness_probe_compares_retimed_ranks_with_their_labels(monkeypatch):
     monkeypatch.setattr(fitness.time, "sleep", lambda s: None)
     f = fitness.probe(prof)
     assert f.label_ratio == pytest.approx(1.0) and f.fit
-    state["ref"] = 1.6  # divided out, but the machine is past the collector's limit
-    assert fitness.probe(prof).label_ratio == pytest.approx(1.0) and not fitness.probe(prof).fit
+    state["ref"] = 1.6  # a steady slowdown that divides out: fit
+    assert fitness.probe(prof).label_ratio == pytest.approx(1.0) and fitness.probe(prof).fit
+    state["ref"] = 2.5  # past what plan measurements accept
+    assert not fitness.probe(prof).fit
     state.update(ref=1.05, speed=1.3)  # the reference reads quiet but ranks run 1.3x: unfit
     f = fitness.wait_until_fit(prof, 0)
     assert f.label_ratio == pytest.approx(1.3) and not f.fit

@@ -38,7 +38,7 @@ from ..search import get_searcher
 from ..search.heuristics import LITERATURE_GREEDY
 from ..validate import plan_problems
 from .fitness import LABEL_TOLERANCE, Fitness, wait_until_fit
-from .measure import measure_plans
+from .measure import MEASURE_SLOW_LIMIT, measure_plans
 
 REFERENCE = "torchrec"
 
@@ -210,5 +210,5 @@ def machine_state_line(slowdowns: list[float], probes: list[Fitness] = ()) -> st
         line += (f" Stored cost labels re-timed before each task came out at {np.median(ratios):.2f}x "
                  f"(median; {min(ratios):.2f}-{max(ratios):.2f}x); {sum(f.fit for f in probes)} of "
                  f"{len(probes)} tasks were measured on a fit machine (labels within {LABEL_TOLERANCE}x, "
-                 f"reference within {QUIET_TOLERANCE}x).")
+                 f"reference within {MEASURE_SLOW_LIMIT}x).")
     return line

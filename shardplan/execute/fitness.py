@@ -11,7 +11,10 @@ reference read within ``kernel.QUIET_TOLERANCE`` of quiet) are timed again,
 the same way, and their divided times compared with the stored ones. Two
 quiet timings of the same set differ by a median 3.2%
 (``data/profiles/cpu-2c/label-repeatability.md``), so a median ratio within
-:data:`LABEL_TOLERANCE` of 1 says the machine reproduces its labels.
+:data:`LABEL_TOLERANCE` of 1 says the machine reproduces its labels, dividing
+included; the reference itself need only stay within the plan measurements'
+``MEASURE_SLOW_LIMIT`` (on 2026-11-21 evening the labels came back within
+1.10x with the reference at 1.5-1.9x, and 1.29x with it at 1.29x).
 
 ``shardplan bench --wait-fit MINUTES`` probes before every task and waits for
 a fit machine; every results file records the probe.
@@ -28,10 +31,11 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from ..cost.kernel import QUIET_TOLERANCE, slowdown, time_reference, time_specs
+from ..cost.kernel import slowdown, time_reference, time_specs
 from ..cost.profiles import Profile, reference_ms
 from ..cost.specs import ShardSpec, specs_from_json
 from ..errors import MachineUnfitError
+from .measure import MEASURE_SLOW_LIMIT
 
 PROBE_RANKS = 6  # ~5 s on cpu-2c: cheap enough to run before every bench task
 PROBE_LABEL_MS = (4.0, 12.0)  # ranks of the size the benches measure, not dominated by fixed overheads
@@ -49,8 +53,10 @@ class Fitness:
 
     @property
     def fit(self) -> bool:
+        # The labels decide. The reference only has to stay where plan measurements accept it
+        # (a steady slowdown up to MEASURE_SLOW_LIMIT divides out; the probe checks that it does).
         return (1 / LABEL_TOLERANCE <= self.label_ratio <= LABEL_TOLERANCE
-                and self.reference_slowdown <= QUIET_TOLERANCE)
+                and self.reference_slowdown <= MEASURE_SLOW_LIMIT)
 
     def describe(self) -> str:
         return (f"stored ranks re-timed at {self.label_ratio:.2f}x their labels, reference "
