@@ -41,6 +41,7 @@ PROBE_RANKS = 6  # ~5 s on cpu-2c: cheap enough to run before every bench task
 PROBE_LABEL_MS = (4.0, 12.0)  # ranks of the size the benches measure, not dominated by fixed overheads
 LABEL_TOLERANCE = 1.10  # median divided re-timing over label must lie within [1/1.10, 1.10]
 POLL_S = 30.0  # between probes while waiting
+LATENCY_BOUND_SHARE = 0.1  # the top decile of lookups per ms counts as memory-latency bound
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,8 @@ class _ProbeRank:
 
 @lru_cache(maxsize=4)
 def probe_ranks(profile: Profile, n: int = PROBE_RANKS, seed: int = 0) -> tuple[_ProbeRank, ...]:
-    """A fixed, seeded choice of ``n`` stored plan ranks (empty if the profile has none)."""
+    """A fixed, seeded choice of ``n`` stored plan ranks (empty if the profile has none): half from the
+    most memory-latency-bound decile, half from the rest."""
     from ..cost.collect import row_id_seed  # the collector's id-seed rule, so the ids match the label's
 
     path = profile.dir / "compute-ranks.parquet"
@@ -85,10 +87,22 @@ def probe_ranks(profile: Profile, n: int = PROBE_RANKS, seed: int = 0) -> tuple[
     df = df[df.source == "plan-rank"].copy()
     df["label"] = (df.fwd_ms + df.bwd_ms) / slowdown(df.ref_before_ms, df.ref_after_ms, quiet)
     lo, hi = PROBE_LABEL_MS
-    pick = df[(df.label >= lo) & (df.label <= hi)]
-    pick = pick.sample(min(n, len(pick)), random_state=seed)
+    pool = df[(df.label >= lo) & (df.label <= hi)].copy()
+    # Half the probe from the ranks doing the most lookups per ms (small dims, many rows, low skew:
+    # bound by memory latency), which a busy neighbour slows the most (unseen-a-10's ranks ran 1.3-1.5x
+    # their quiet time while typical ranks reproduced their labels), half from the rest.
+    pool["intensity"] = [_lookups(specs_from_json(s)) for s in pool["shards"]] / pool["label"]
+    heavy = pool.intensity >= pool.intensity.quantile(1 - LATENCY_BOUND_SHARE)
+    k = min(n // 2, int(heavy.sum()))
+    pick = pd.concat([pool[heavy].sample(k, random_state=seed),
+                      pool[~heavy].sample(min(n - k, int((~heavy).sum())), random_state=seed)])
     return tuple(_ProbeRank(tuple(specs_from_json(r["shards"])), str(r["optimizer"]), str(r["dtype"]),
                             row_id_seed(r), float(r["label"])) for _, r in pick.iterrows())
+
+
+def _lookups(specs: list[ShardSpec]) -> float:
+    """Ids a rank looks up per batch (each row-wise shard its share of the table's rows)."""
+    return sum(s.batch_size * s.pooling_factor * s.rows / s.table_rows for s in specs)
 
 
 def probe(profile: Profile) -> Fitness | None:
