@@ -22,7 +22,7 @@ from tqdm import tqdm
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import get_profile, load1, machine_stamp
 from shardplan.errors import InfeasibleError
-from shardplan.execute.bench import probes_by_task, machine_state_line
+from shardplan.execute.bench import machine_state_line, probes_by_task
 from shardplan.execute.fitness import wait_until_fit
 from shardplan.execute.measure import measure_plan
 from shardplan.formats import load_task, write_text_atomic
@@ -82,7 +82,8 @@ def main() -> None:
     md = [f"# Predicted vs measured rank compute on {args.searcher} plans of `{args.suite}`", "",
           f"Command: `.venv/bin/python bench/plan_accuracy.py {shlex.join(sys.argv[1:])}`  ",
           f"Date {dt.date.today()}, {machine_stamp()['cpu_model']}, load {load_before:.2f} before / "
-          f"{load1():.2f} after.", "", machine_state_line(df.reference_slowdown.dropna().tolist(), probes_by_task(df)), "", summary, "",
+          f"{load1():.2f} after.", "",
+          machine_state_line(df.reference_slowdown.dropna().tolist(), probes_by_task(df)), "", summary, "",
           "| task | ranks | max shards/rank | MAPE | worst rank error |", "| --- | --- | --- | --- | --- |"]
     md += [f"| {t} | {r.ranks} | {r.max_shards} | {r.mape * 100:.1f}% | {r.worst * 100:+.1f}% |"
            for t, r in per_task.iterrows()]
