@@ -136,6 +136,7 @@ def wait_until_fit(profile: Profile, max_wait_s: float, poll_s: float = POLL_S) 
     waited = 0.0  # time slept between probes (each probe adds a few seconds more)
     with tqdm(desc="waiting for a fit machine", unit="probe", leave=False) as bar:
         while not f.fit:
+            tqdm.write(f"{time.strftime('%H:%M:%S')} {f.describe()}")  # the machine's history, in the log
             if waited + poll_s > max_wait_s:
                 raise MachineUnfitError(
                     f"machine not fit to measure after waiting {max_wait_s / 60:.0f} min: {f.describe()}; "
@@ -143,6 +144,6 @@ def wait_until_fit(profile: Profile, max_wait_s: float, poll_s: float = POLL_S) 
             time.sleep(poll_s)
             waited += poll_s
             f = probe(profile)
-            bar.set_postfix_str(f"{f.label_ratio:.2f}x labels, ref {f.reference_slowdown:.2f}x")
             bar.update()
+    tqdm.write(f"{time.strftime('%H:%M:%S')} {f.describe()}")
     return f
