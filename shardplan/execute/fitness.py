@@ -37,7 +37,7 @@ from ..cost.specs import ShardSpec, specs_from_json
 from ..errors import MachineUnfitError
 from .measure import MEASURE_SLOW_LIMIT
 
-PROBE_RANKS = 6  # ~5 s on cpu-2c: cheap enough to run before every bench task
+PROBE_RANKS = 6  # 3-7 s on cpu-2c: cheap enough to run before every bench task
 PROBE_LABEL_MS = (4.0, 12.0)  # ranks of the size the benches measure, not dominated by fixed overheads
 LABEL_TOLERANCE = 1.10  # median divided re-timing over label must lie within [1/1.10, 1.10]
 POLL_S = 30.0  # between probes while waiting
@@ -120,7 +120,7 @@ def probe(profile: Profile) -> Fitness | None:
         factor = slowdown(before, time_reference(profile.device), quiet)
         ratios.append((t.fwd_ms + t.bwd_ms) / factor / r.label_ms)
         slows.append(factor)
-    # Geometric median of the ratios is the median of their logs: symmetric in fast and slow.
+    # The median in log space (with 6, the geometric mean of the middle two): symmetric in fast and slow.
     return Fitness(float(np.exp(statistics.median(np.log(ratios)))), float(statistics.median(slows)))
 
 
