@@ -195,6 +195,24 @@ def test_bench_measures_and_compares_to_torchrec(tmp_path, task_dict, estimator)
     assert "Machine state: the reference workload ran" in md  # every results file says how slow the machine ran
 
 
+def test_bench_on_an_unfit_machine_exits_3_and_writes_no_results(tmp_path, task_dict, model_path, monkeypatch,
+                                                                 capsys):
+    """A wait for a fit machine that runs out is not bad input (exit 2) but 'try later' (exit 3)."""
+    from shardplan.errors import MachineUnfitError
+    from shardplan.execute import bench
+
+    def never_fit(profile, max_wait_s):
+        raise MachineUnfitError("machine not fit to measure after waiting 1 min; run the same command again later")
+
+    monkeypatch.setattr(bench, "wait_until_fit", never_fit)
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "t.json").write_text(json.dumps(task_dict))
+    rc = main(["bench", "--suite", str(tmp_path / "suite"), "--searchers", "greedy-size", "--wait-fit", "1",
+               "--out", str(tmp_path / "out"), "--model", str(model_path)])
+    assert rc == 3 and "run the same command again later" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "bench-cpu-2c-suite.md").exists()
+
+
 def test_geomean_against_the_per_task_best_of_a_family():
     """Each task's reference is the lowest of the family there; tasks the searcher skipped drop out."""
     from shardplan.execute.bench import geomean_vs
