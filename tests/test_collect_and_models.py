@@ -190,6 +190,7 @@ def test_plan_measurement_reports_every_round(monkeypatch, plan_dict):
 def test_fitness_probe_compares_retimed_ranks_with_their_labels(monkeypatch):
     """Fit when stored ranks re-time (divided) near their labels and the reference is near quiet;
     a wait that runs out is a MachineUnfitError, a zero wait returns the unfit probe."""
+    from shardplan.cost import kernel
     from shardplan.cost.kernel import KernelTiming
     from shardplan.errors import MachineUnfitError
     from shardplan.execute import fitness
@@ -206,8 +207,8 @@ def test_fitness_probe_compares_retimed_ranks_with_their_labels(monkeypatch):
         ms = next(labels) * state["speed"] * state["ref"]  # the raw time: label x own drift x machine
         return KernelTiming(ms / 2, ms / 2, (), ())
 
-    monkeypatch.setattr(fitness, "time_specs", fake_time)
-    monkeypatch.setattr(fitness, "time_reference", lambda device="cpu": quiet * state["ref"])
+    monkeypatch.setattr(kernel, "time_specs", fake_time)
+    monkeypatch.setattr(kernel, "time_reference", lambda device="cpu": quiet * state["ref"])
     monkeypatch.setattr(fitness.time, "sleep", lambda s: None)
     f = fitness.probe(prof)
     assert f.label_ratio == pytest.approx(1.0) and f.fit

@@ -31,7 +31,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from ..cost.kernel import slowdown, time_reference, time_specs
+from ..cost.kernel import slowdown, time_specs_bracketed
 from ..cost.profiles import Profile, reference_ms
 from ..cost.specs import ShardSpec, specs_from_json
 from ..errors import MachineUnfitError
@@ -114,11 +114,10 @@ def probe(profile: Profile) -> Fitness | None:
         torch.set_num_threads(profile.threads)
     ratios, slows = [], []
     for r in ranks:
-        before = time_reference(profile.device)
-        t = time_specs(list(r.specs), r.optimizer, r.dtype, profile.device, id_seed=r.id_seed,
-                       warmup=profile.warmup, repeats=profile.repeats)
-        factor = slowdown(before, time_reference(profile.device), quiet)
-        ratios.append((t.fwd_ms + t.bwd_ms) / factor / r.label_ms)
+        b = time_specs_bracketed(list(r.specs), r.optimizer, r.dtype, profile.device, r.id_seed,
+                                 profile.warmup, profile.repeats)  # one attempt: the probe must see disturbance
+        factor = slowdown(b.ref_before_ms, b.ref_after_ms, quiet)
+        ratios.append((b.timing.fwd_ms + b.timing.bwd_ms) / factor / r.label_ms)
         slows.append(factor)
     # The median in log space (with 6, the geometric mean of the middle two): symmetric in fast and slow.
     return Fitness(float(np.exp(statistics.median(np.log(ratios)))), float(statistics.median(slows)))
