@@ -153,8 +153,7 @@ def retime(profile: Profile, src: Path, out: Path, flush_every: int = 25) -> pd.
     by row (``src_row``): the pairs show how repeatable the labels are, and
     ``out`` can replace ``src`` as cleaner data. Resumable.
     """
-    if profile.device == "cpu" and profile.threads:
-        torch.set_num_threads(profile.threads)
+    profile.use_threads()
     source = pd.read_parquet(src)
     existing = pd.read_parquet(out) if out.exists() else pd.DataFrame()
     done = set(existing["src_row"]) if len(existing) else set()
@@ -189,8 +188,7 @@ def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples:
     """
     warmup = profile.warmup if warmup is None else warmup
     repeats = profile.repeats if repeats is None else repeats
-    if profile.device == "cpu" and profile.threads:
-        torch.set_num_threads(profile.threads)
+    profile.use_threads()
     existing = pd.read_parquet(out) if out.exists() else pd.DataFrame()
     done = set(existing.loc[existing["seed"] == seed, "sample"]) if len(existing) else set()
     todo = [i for i in range(num_samples) if i not in done]

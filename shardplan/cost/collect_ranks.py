@@ -20,7 +20,6 @@ import zlib
 from pathlib import Path
 
 import pandas as pd
-import torch
 from tqdm import tqdm
 
 from ..errors import InputError
@@ -45,8 +44,7 @@ def collect_plan_ranks(profile: Profile, task_paths: list[Path], searchers: list
     retrain; the next round's plans (by the retrained model) are new data."""
     from ..search import get_searcher
 
-    if profile.device == "cpu" and profile.threads:
-        torch.set_num_threads(profile.threads)
+    profile.use_threads()
     existing = pd.read_parquet(out) if out.exists() else pd.DataFrame()
     if len(existing) and "round" not in existing:
         existing["round"] = 0

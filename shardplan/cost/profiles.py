@@ -45,6 +45,13 @@ class Profile:
     def dir(self) -> Path:
         return PROFILE_DIR / self.name
 
+    def use_threads(self) -> None:
+        """Give this process the intra-op threads one rank gets on this profile (CPU profiles)."""
+        if self.device == "cpu" and self.threads:
+            import torch
+
+            torch.set_num_threads(self.threads)
+
 
 PROFILES: dict[str, Profile] = {
     "cpu-2c": Profile(

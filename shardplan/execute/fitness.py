@@ -28,7 +28,6 @@ from functools import lru_cache
 
 import numpy as np
 import pandas as pd
-import torch
 from tqdm import tqdm
 
 from ..cost.kernel import slowdown, time_specs_bracketed
@@ -110,8 +109,7 @@ def probe(profile: Profile) -> Fitness | None:
     ranks, quiet = probe_ranks(profile), reference_ms(profile)
     if not ranks or not quiet:
         return None
-    if profile.device == "cpu" and profile.threads:
-        torch.set_num_threads(profile.threads)
+    profile.use_threads()
     ratios, slows = [], []
     for r in ranks:
         b = time_specs_bracketed(list(r.specs), r.optimizer, r.dtype, profile.device, r.id_seed,

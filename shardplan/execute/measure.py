@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import statistics
 
-import torch
-
 from ..cost.comm import rank_volumes
 from ..cost.estimator import comm_model_for
 from ..cost.kernel import slowdown, time_specs, time_specs_bracketed
@@ -71,8 +69,7 @@ def measure_plans(plans: list[Plan], profile_name: str = "cpu-2c", rounds: int =
     if not plans:
         return []
     profile = get_profile(profile_name)
-    if profile.device == "cpu" and profile.threads:
-        torch.set_num_threads(profile.threads)
+    profile.use_threads()
     nominal = reference_ms(profile)
     comm_model = comm_model_for(profile)
     load_before = load1()
