@@ -23,7 +23,7 @@ from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import get_profile, load1, machine_stamp
 from shardplan.errors import InfeasibleError
 from shardplan.execute.bench import machine_state_line, probes_by_task
-from shardplan.execute.fitness import wait_until_fit
+from shardplan.cost.fitness import wait_until_fit
 from shardplan.execute.measure import measure_plan
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import get_searcher

@@ -68,7 +68,8 @@ def _cmd_collect_ranks(args: argparse.Namespace) -> int:
     if not paths:
         raise InputError("--suite", f"no task files in {args.suite}")
     out = Path(args.out) if args.out else profile.dir / "compute-ranks.parquet"
-    df = collect_plan_ranks(profile, paths, args.searchers.split(","), _estimator(args), out, round_=args.round)
+    df = collect_plan_ranks(profile, paths, args.searchers.split(","), _estimator(args), out, round_=args.round,
+                            wait_fit_s=60 * args.wait_fit)
     print(f"{out}: {int((df['source'] == 'plan-rank').sum())} rank samples")
     return 0
 
@@ -320,6 +321,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_wait_fit(parser: argparse.ArgumentParser, zero_or_after: str) -> None:
+    parser.add_argument("--wait-fit", type=float, default=0.0, metavar="MINUTES",
+                        help="before each task, wait up to this long for the machine to reproduce its "
+                             f"cost labels (shardplan.cost.fitness); {zero_or_after}; exit 3 when the "
+                             "wait runs out (run again to resume)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="shardplan", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -401,10 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--name", help="result file stem (default bench-<profile>-<suite>)")
     bench.add_argument("--limit", type=int, help="only the first N tasks of the suite (sorted by name)")
     bench.add_argument("--tasks", default="*.json", help="file-name pattern of the suite's tasks to run")
-    bench.add_argument("--wait-fit", type=float, default=0.0, metavar="MINUTES",
-                       help="before each task, wait up to this long for the machine to reproduce its "
-                            "cost labels (shardplan.execute.fitness); 0 measures at once and records the "
-                            "probe; exit 3 when the wait runs out (run again to resume)")
+    add_wait_fit(bench, "0 measures at once and records the probe")
     bench.set_defaults(func=_cmd_bench)
 
     train = with_profile(sub.add_parser("train", help="train the compute-cost model from committed data"),
@@ -455,6 +460,8 @@ def build_parser() -> argparse.ArgumentParser:
     cr.add_argument("--round", type=int, default=0, help="DreamShard loop round: plans of a retrained model "
                                                          "are new data (default 0)")
     cr.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute-ranks.parquet)")
+    add_wait_fit(cr, "then accept a steady slowdown up to 2x, as plan measurements do; 0 (default) "
+                     "gates each rank on the reference alone (within 1.2x of quiet)")
     cr.set_defaults(func=_cmd_collect_ranks)
     ct = with_profile(csub.add_parser("retime", help="time every shard set of a cost-data file again, "
                                                      "row by row (repeatability; resumable)"), model=False)

@@ -25,7 +25,7 @@ class InfeasibleError(InputError):
 
 
 class MachineUnfitError(RuntimeError):
-    """The machine stayed too disturbed to measure on (``shardplan.execute.fitness``).
+    """The machine stayed too disturbed to measure on (``shardplan.cost.fitness``).
 
     Not bad input: the same command can succeed later. The CLI exits 3.
     """

@@ -156,7 +156,7 @@ def test_measurements_accept_a_steady_slowdown_but_retry_a_burst(monkeypatch):
     """Plan measurements keep a steadily 1.6x slow timing (it divides out) and retry one whose speed
     changed during it; the collector's stricter limit retries both."""
     from shardplan.cost import kernel
-    from shardplan.execute.measure import MEASURE_SLOW_LIMIT
+    from shardplan.cost.kernel import MEASURE_SLOW_LIMIT
 
     assert not kernel.disturbed(1.6, 1.7, 1.0, MEASURE_SLOW_LIMIT)
     assert kernel.disturbed(1.6, 1.7, 1.0)  # the collector's QUIET_TOLERANCE
@@ -193,7 +193,7 @@ def test_fitness_probe_compares_retimed_ranks_with_their_labels(monkeypatch):
     from shardplan.cost import kernel
     from shardplan.cost.kernel import KernelTiming
     from shardplan.errors import MachineUnfitError
-    from shardplan.execute import fitness
+    from shardplan.cost import fitness
 
     prof = get_profile("cpu-2c")
     ranks = fitness.probe_ranks(prof)

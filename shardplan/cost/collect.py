@@ -33,7 +33,7 @@ import torch
 from tqdm import tqdm
 
 from ..domain import Table
-from .kernel import fbgemm_versions, time_reference, time_specs_bracketed
+from .kernel import QUIET_TOLERANCE, fbgemm_versions, time_reference, time_specs_bracketed
 from .profiles import Profile, load1, machine_stamp, reference_ms
 from .specs import ShardSpec, specs_from_json, specs_to_json
 
@@ -104,20 +104,21 @@ def quiet_reference_ms(profile: Profile) -> float:
 
 
 def timed_row(specs: list[ShardSpec], optimizer: str, dtype: str, profile: Profile, id_seed: int,
-              warmup: int, repeats: int, quiet_ms: float) -> dict[str, object]:
+              warmup: int, repeats: int, quiet_ms: float,
+              slow_limit: float = QUIET_TOLERANCE) -> dict[str, object]:
     """One shard set timed as every cost-data row records it: the specs, medians and every repeat,
     the protocol, the reference workload before and after (retried while
-    :func:`kernel.disturbed` says the machine was more than ``QUIET_TOLERANCE`` over ``quiet_ms``
-    or changed speed during the timing), the load and the date."""
+    :func:`kernel.disturbed` says the machine was more than ``slow_limit`` over ``quiet_ms``
+    or changed speed during the timing; recorded), the load and the date."""
     before = load1()
     b = time_specs_bracketed(specs, optimizer, dtype, profile.device, id_seed, warmup, repeats,
-                             quiet_ms=quiet_ms, max_attempts=COLLECT_ATTEMPTS)
+                             quiet_ms=quiet_ms, max_attempts=COLLECT_ATTEMPTS, slow_limit=slow_limit)
     t = b.timing
     return {"num_shards": len(specs), "batch_size": max(s.batch_size for s in specs),
             "shards": specs_to_json(specs), "id_seed": id_seed, "fwd_ms": t.fwd_ms, "bwd_ms": t.bwd_ms,
             "fwd_samples_ms": list(t.fwd_samples_ms), "bwd_samples_ms": list(t.bwd_samples_ms),
             "warmup": warmup, "repeats": repeats, "ref_before_ms": b.ref_before_ms, "ref_after_ms": b.ref_after_ms,
-            "attempts": b.attempts, "quiet_ms": quiet_ms,
+            "attempts": b.attempts, "quiet_ms": quiet_ms, "slow_limit": slow_limit,
             "load1_before": before, "load1_after": load1(),
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
 

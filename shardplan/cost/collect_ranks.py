@@ -13,6 +13,16 @@ rows of the same shape to ``data/profiles/<profile>/compute-ranks.parquet``
 All ranks of a task share one ``sample`` number, so the train/held-out split
 (:func:`shardplan.cost.train.is_holdout`) holds out whole tasks. Resumable:
 (task, searcher, round) triples already in the file are skipped.
+
+By default a rank is timed again while the reference shows the machine more
+than ``kernel.QUIET_TOLERANCE`` slower than quiet. On a machine that stays
+1.5-2x slow for hours that gate retries every rank and keeps a disturbed one
+anyway; ``wait_fit_s > 0`` gates on the fitness probe instead
+(:mod:`shardplan.cost.fitness`: before each plan, stored labels must re-time
+within ``LABEL_TOLERANCE``, waiting up to ``wait_fit_s`` for that) and then
+accepts a steady slowdown up to ``kernel.MEASURE_SLOW_LIMIT``, as plan
+measurements do. Each row records the gate it passed (``slow_limit``, and the
+probe's ``fit_label_ratio`` / ``fit_reference``).
 """
 from __future__ import annotations
 
@@ -26,6 +36,8 @@ from ..errors import InputError
 from ..formats import load_task
 from .collect import _stamp, append_rows, quiet_reference_ms, timed_row
 from .estimator import PlanEstimator
+from .fitness import wait_until_fit
+from .kernel import MEASURE_SLOW_LIMIT, QUIET_TOLERANCE
 from .profiles import Profile
 from .specs import rank_specs
 
@@ -37,7 +49,8 @@ def task_sample(task_name: str) -> int:
 
 
 def collect_plan_ranks(profile: Profile, task_paths: list[Path], searchers: list[str], estimator: PlanEstimator,
-                       out: Path, optimizer: str = "sgd", round_: int = 0) -> pd.DataFrame:
+                       out: Path, optimizer: str = "sgd", round_: int = 0,
+                       wait_fit_s: float = 0.0) -> pd.DataFrame:
     """Time the ranks of every (task, searcher) plan not yet in ``out`` for this ``round_``.
 
     A round is one pass of DreamShard's loop: plan with the current model, time,
@@ -65,13 +78,19 @@ def collect_plan_ranks(profile: Profile, task_paths: list[Path], searchers: list
             rows = [{"task": task.name, "searcher": searcher, "rank": -1, "source": "plan-rank-infeasible",
                      "round": round_}]
         else:
-            rows = []
+            rows, gate = [], {}
+            if wait_fit_s > 0:
+                fitness = wait_until_fit(profile, wait_fit_s)
+                if fitness is not None:  # a profile with no stored ranks yet has nothing to probe with
+                    gate = {"fit_label_ratio": fitness.label_ratio, "fit_reference": fitness.reference_slowdown}
+            slow_limit = MEASURE_SLOW_LIMIT if gate else QUIET_TOLERANCE
             for rank, specs in enumerate(rank_specs(plan)):
                 if not specs:
                     continue
                 rows.append({"seed": RANKS_SEED, "sample": task_sample(task.name), "source": "plan-rank",
                              "task": task.name, "searcher": searcher, "rank": rank, "round": round_,
                              **timed_row(specs, task.optimizer, task.dtype, profile, task_sample(task.name) + rank,
-                                         profile.warmup, profile.repeats, quiet_ms), **stamp})
+                                         profile.warmup, profile.repeats, quiet_ms, slow_limit),
+                             **gate, **stamp})
         existing = append_rows(existing, rows, out)  # after every plan, so a stop loses at most one
     return existing

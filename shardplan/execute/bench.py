@@ -29,7 +29,8 @@ import pandas as pd
 from tqdm import tqdm
 
 from ..cost.estimator import PlanEstimator
-from ..cost.kernel import QUIET_TOLERANCE
+from ..cost.fitness import LABEL_TOLERANCE, Fitness, wait_until_fit
+from ..cost.kernel import MEASURE_SLOW_LIMIT, QUIET_TOLERANCE
 from ..cost.profiles import get_profile, load1, machine_stamp
 from ..domain import Plan, Task
 from ..errors import InputError
@@ -37,8 +38,7 @@ from ..formats import write_text_atomic
 from ..search import get_searcher
 from ..search.heuristics import LITERATURE_GREEDY
 from ..validate import plan_problems
-from .fitness import LABEL_TOLERANCE, Fitness, wait_until_fit
-from .measure import MEASURE_SLOW_LIMIT, measure_plans
+from .measure import measure_plans
 
 REFERENCE = "torchrec"
 
@@ -196,7 +196,7 @@ def machine_state_line(slowdowns: list[float], probes: list[Fitness] = ()) -> st
 
     Read off the reference workload (every measured figure is divided by its slowdown, a division
     only as good as the reference's likeness to the workload: ``bench/drift_probe.py``) and, where
-    probed, off stored cost labels re-timed before each task (:mod:`shardplan.execute.fitness`):
+    probed, off stored cost labels re-timed before each task (:mod:`shardplan.cost.fitness`):
     figures from a machine far from 1.0 on either deserve less trust than a quiet machine's.
     """
     if not slowdowns:

@@ -32,7 +32,7 @@ import statistics
 
 from ..cost.comm import rank_volumes
 from ..cost.estimator import comm_model_for
-from ..cost.kernel import slowdown, time_specs, time_specs_bracketed
+from ..cost.kernel import MEASURE_SLOW_LIMIT, slowdown, time_specs, time_specs_bracketed
 from ..cost.profiles import Profile, get_profile, load1, reference_ms
 from ..cost.specs import ShardSpec, rank_specs
 from ..domain import Plan, PlanCost, RankCost
@@ -40,11 +40,6 @@ from ..memory import rank_memory_gb
 
 MEASURE_ID_SEED = 1_000_003  # ids independent of the collector's (which uses the sample index)
 MEASURE_ATTEMPTS = 3  # a rank timed while the machine was disturbed is timed again (kernel.disturbed)
-# A steadily slow machine is accepted up to this factor over quiet (the collector retries past
-# kernel.QUIET_TOLERANCE): a rank whose references before and after agree was slowed by one factor
-# throughout, which divides out, and on a machine that stays slow for hours a retry after a pause
-# finds it no quieter (it tripled bench time).
-MEASURE_SLOW_LIMIT = 2.0
 MEASURE_PAUSE_S = 0.5  # before a retry, times the attempt number (a bench is thousands of rank timings)
 
 

@@ -30,11 +30,11 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from ..cost.kernel import slowdown, time_specs_bracketed
-from ..cost.profiles import Profile, reference_ms
-from ..cost.specs import ShardSpec, specs_from_json
 from ..errors import MachineUnfitError
-from .measure import MEASURE_SLOW_LIMIT
+from .collect import row_id_seed  # the collector's id-seed rule, so the ids match the label's
+from .kernel import MEASURE_SLOW_LIMIT, QUIET_TOLERANCE, slowdown, time_specs_bracketed
+from .profiles import Profile, reference_ms
+from .specs import ShardSpec, specs_from_json
 
 PROBE_RANKS = 6  # 3-7 s on cpu-2c: cheap enough to run before every bench task
 PROBE_LABEL_MS = (4.0, 12.0)  # ranks of the size the benches measure, not dominated by fixed overheads
@@ -76,14 +76,14 @@ class _ProbeRank:
 def probe_ranks(profile: Profile, n: int = PROBE_RANKS, seed: int = 0) -> tuple[_ProbeRank, ...]:
     """A fixed, seeded choice of ``n`` stored plan ranks (empty if the profile has none): half from the
     most memory-latency-bound decile, half from the rest."""
-    from ..cost.collect import row_id_seed  # the collector's id-seed rule, so the ids match the label's
-
     path = profile.dir / "compute-ranks.parquet"
     quiet = reference_ms(profile)
     if not path.exists() or not quiet:
         return ()
     df = pd.read_parquet(path)
     df = df[df.source == "plan-rank"].copy()
+    if "slow_limit" in df:  # only labels taken under the quiet gate (not those the probe itself let in)
+        df = df[df.slow_limit.isna() | (df.slow_limit <= QUIET_TOLERANCE)]
     df["label"] = (df.fwd_ms + df.bwd_ms) / slowdown(df.ref_before_ms, df.ref_after_ms, quiet)
     lo, hi = PROBE_LABEL_MS
     pool = df[(df.label >= lo) & (df.label <= hi)].copy()
