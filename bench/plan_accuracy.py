@@ -35,6 +35,7 @@ def main() -> None:
     ap.add_argument("--profile", default="cpu-2c")
     ap.add_argument("--searcher", default="torchrec")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--visits", type=int, default=1, help="visits per rank and round (measure_plans)")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--wait-fit", type=float, default=0.0, metavar="MINUTES",
                     help="before each task, wait up to this long for a machine that reproduces its cost labels")
@@ -51,7 +52,7 @@ def main() -> None:
             print(f"{task.name}: {args.searcher} cannot plan it: {e}")
             continue
         fitness = wait_until_fit(get_profile(args.profile), 60 * args.wait_fit)
-        measured = measure_plan(plan, args.profile, rounds=args.rounds)
+        measured = measure_plan(plan, args.profile, rounds=args.rounds, visits=args.visits)
         slow = measured.extra.get("slowdown_per_rank", [float("nan")] * len(measured.per_rank))
         for r, (rc, m) in enumerate(zip(plan.cost.per_rank, measured.per_rank)):
             if m.compute_ms == 0:
@@ -77,7 +78,7 @@ def main() -> None:
     abs_err = df.rel_err.abs()
     summary = (f"{len(df)} ranks of {df.task.nunique()} {args.searcher} plans: per-rank fwd+bwd compute, "
                f"predicted by the neural `{args.profile}` model vs measured on real FBGEMM "
-               f"({args.rounds} round(s)): MAPE {abs_err.mean() * 100:.1f}%, median {abs_err.median() * 100:.1f}%, "
+               f"({args.rounds} round(s) of {args.visits} visit(s)): MAPE {abs_err.mean() * 100:.1f}%, median {abs_err.median() * 100:.1f}%, "
                f"within 15%: {(abs_err <= 0.15).mean() * 100:.0f}% of ranks, worst {abs_err.max() * 100:.1f}%.")
     md = [f"# Predicted vs measured rank compute on {args.searcher} plans of `{args.suite}`", "",
           f"Command: `.venv/bin/python bench/plan_accuracy.py {shlex.join(sys.argv[1:])}`  ",

@@ -162,7 +162,7 @@ def _evaluate(plan, args: argparse.Namespace):
 
     plan = replace(plan, cost=_estimator(args).estimate(plan))
     if args.measure:
-        plan = replace(plan, measured_cost=measure_plan(plan, args.profile, rounds=args.rounds))
+        plan = replace(plan, measured_cost=measure_plan(plan, args.profile, rounds=args.rounds, visits=args.visits))
     return plan
 
 
@@ -213,7 +213,8 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     suite = Path(args.suite)
     name = args.name or f"bench-{args.profile}-{suite.name}"
     df = run_bench(suite, names, _estimator(args), args.profile, args.rounds, Path(args.out), name, args.seed,
-                   limit=args.limit, pattern=args.tasks, command=command_line(), wait_fit_s=60 * args.wait_fit)
+                   limit=args.limit, pattern=args.tasks, command=command_line(), wait_fit_s=60 * args.wait_fit,
+                   visits=args.visits)
     print(geomean_vs(df).to_string(index=False))
     print(f"wrote {args.out}/{name}.csv and .md")
     return 0
@@ -321,6 +322,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_visits(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--visits", type=int, default=1,
+                        help="visits per rank and round, taken in turn with the plan's other ranks (the "
+                             "profile's repeats spread over them; the plan is held in memory); 1 times each "
+                             "rank in one go, as the cost data was")
+
+
 def add_wait_fit(parser: argparse.ArgumentParser, zero_or_after: str) -> None:
     parser.add_argument("--wait-fit", type=float, default=0.0, metavar="MINUTES",
                         help="before each task, wait up to this long for the machine to reproduce its "
@@ -361,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("-o", "--out", required=True)
     ev.add_argument("--measure", action="store_true", help="also time every rank on real FBGEMM")
     ev.add_argument("--rounds", type=int, default=1, help="interleaved measurement rounds (each rank's median kept)")
+    add_visits(ev)
     ev.set_defaults(func=_cmd_evaluate)
 
     val = sub.add_parser("validate", help="check a plan: tiling, ranks, memory (exit 1 if invalid)")
@@ -404,6 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--searchers", default="all", help="comma-separated names, or all")
     bench.add_argument("--rounds", type=int, default=1,
                        help="interleaved measurement rounds per task (each rank's median kept)")
+    add_visits(bench)
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--out", default="bench/results")
     bench.add_argument("--name", help="result file stem (default bench-<profile>-<suite>)")

@@ -1,3 +1,5 @@
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -180,11 +182,54 @@ def test_plan_measurement_reports_every_round(monkeypatch, plan_dict):
     rounds = iter([(5.0, 9.0, 1.3), (6.0, 7.0, 1.1),  # round 0: rank 0, rank 1
                    (4.0, 8.0, 1.0), (9.0, 9.0, 1.6),  # round 1
                    (7.0, 6.0, 1.2), (8.0, 8.0, 1.4)])  # round 2
-    monkeypatch.setattr(measure, "time_rank", lambda *a, **k: next(rounds))
+    monkeypatch.setattr(measure, "_time_plan", lambda plan, specs, *a: [next(rounds) for _ in specs])
     m = measure.measure_plans([plan], rounds=3)[0]
     assert [(r.fwd_compute_ms, r.bwd_compute_ms) for r in m.per_rank] == [(5.0, 8.0), (8.0, 8.0)]
     assert m.extra["rounds_compute_ms_per_rank"] == [[14.0, 12.0, 13.0], [13.0, 18.0, 16.0]]
     assert m.extra["slowdown_per_rank"] == [1.2, 1.4] and "median of 3" in m.extra["compute"]
+
+
+def test_visits_take_turns_over_ranks_built_once_per_round(monkeypatch, plan_dict):
+    """With visits, each rank is built once a round and visited in turn with the other ranks; its
+    figure is the median of every divided iteration; a plan too big to hold is refused up front."""
+    from shardplan.cost.kernel import BracketedTiming, KernelTiming
+    from shardplan.errors import InputError
+    from shardplan.execute import measure
+    from shardplan.formats import load_plan
+
+    plan = load_plan(plan_dict)
+    quiet = measure.reference_ms(get_profile("cpu-2c"))
+    built, calls = [], []
+
+    class FakeOp:
+        def __init__(self, specs, *a):
+            self.rank = len(built) % 2
+            built.append(self.rank)
+
+        def run(self, warmup, repeats):
+            calls.append((self.rank, warmup, repeats))
+            ms = [10.0 * (self.rank + 1) + i for i in range(repeats)]
+            return KernelTiming(0.0, 0.0, tuple(ms), tuple(ms))
+
+    slow = iter([1.0, 1.0, 2.0, 1.0, 1.0, 2.0] * 2)  # the machine per visit, in visiting order
+
+    def fake_bracketed(run, device, **kw):
+        f = next(slow)
+        return BracketedTiming(run(), f * quiet, f * quiet)
+
+    monkeypatch.setattr(measure, "RankOp", FakeOp)
+    monkeypatch.setattr(measure, "time_bracketed", fake_bracketed)
+    m = measure.measure_plans([plan], rounds=2, visits=3)[0]
+    assert built == [0, 1, 0, 1]  # once per rank and round
+    k = math.ceil(get_profile("cpu-2c").repeats / 3)
+    assert calls[:6] == [(0, 3, k), (1, 3, k), (0, 1, k), (1, 1, k), (0, 1, k), (1, 1, k)]
+    # rank 0 visits ran 1x, 2x, 1x slow
+    samples = sorted([10.0 + i for i in range(k)] * 2 + [(10.0 + i) / 2 for i in range(k)])
+    assert m.per_rank[0].fwd_compute_ms == pytest.approx(float(np.median(samples)))
+    assert "3 visits" in m.extra["compute"]
+    monkeypatch.setattr(measure, "available_memory_gb", lambda: 1e-6)
+    with pytest.raises(InputError, match="visits"):
+        measure.measure_plans([plan], visits=2)
 
 
 def test_fitness_probe_compares_retimed_ranks_with_their_labels(monkeypatch):

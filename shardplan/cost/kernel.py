@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -101,49 +102,61 @@ def _inputs(shards: list[ShardInput], device: torch.device) -> tuple[torch.Tenso
     return (torch.from_numpy(ids).to(device), torch.from_numpy(offsets).to(device))
 
 
+class FusedOp:
+    """One FBGEMM TBE op built over shards that share a batch size, with its ids and output gradient.
+
+    Building (allocating and initialising the tables) costs more than timing on CPU (about 0.5 s for
+    a 1 GB rank against 0.35 s for 13 iterations), so a measurement that visits a rank several times
+    builds it once and calls :meth:`run` per visit.
+    """
+
+    def __init__(self, shards: list[ShardInput], optimizer: str = "sgd", dtype: str = "fp32",
+                 device: str = "cpu") -> None:
+        batch = {len(s.bags.lengths) for s in shards}
+        if len(batch) != 1:
+            raise ValueError(f"shards of one TBE must share a batch size, got {sorted(batch)}")
+        keep_freed_memory()
+        self.device = torch.device(device)
+        self.tbe = _build_tbe(shards, optimizer, dtype, self.device)
+        self.indices, self.offsets = _inputs(shards, self.device)
+        self.grad = torch.randn(batch.pop(), sum(s.cols for s in shards), device=self.device,
+                                dtype=torch.float32)
+
+    def run(self, warmup: int, repeats: int) -> KernelTiming:
+        """Median forward and backward (fused optimizer update) ms over ``repeats`` calls after
+        ``warmup``: wall-clock around each call on CPU, CUDA events on CUDA."""
+        fwd: list[float] = []
+        bwd: list[float] = []
+        cuda = self.device.type == "cuda"
+        for i in range(warmup + repeats):
+            if cuda:
+                e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+                e0.record()
+                out = self.tbe(self.indices, self.offsets)
+                e1.record()
+                out.backward(self.grad.to(out.dtype))
+                e2.record()
+                torch.cuda.synchronize()
+                f, b = e0.elapsed_time(e1), e1.elapsed_time(e2)
+            else:
+                t0 = time.perf_counter()
+                out = self.tbe(self.indices, self.offsets)
+                t1 = time.perf_counter()
+                out.backward(self.grad.to(out.dtype))
+                t2 = time.perf_counter()
+                f, b = (t1 - t0) * 1e3, (t2 - t1) * 1e3
+            if i >= warmup:
+                fwd.append(f)
+                bwd.append(b)
+        return KernelTiming(statistics.median(fwd), statistics.median(bwd), tuple(fwd), tuple(bwd))
+
+
 def time_shards(shards: list[ShardInput], optimizer: str = "sgd", dtype: str = "fp32",
                 warmup: int = 3, repeats: int = 10, device: str = "cpu") -> KernelTiming:
-    """Median forward and backward (fused optimizer update) time, in ms, of one TBE op.
-
-    On CPU, wall-clock around each call; on CUDA, CUDA events around each call.
-    """
+    """Median forward and backward ms of one TBE op over ``shards``, built for this timing only."""
     if not shards:
         return KernelTiming(0.0, 0.0, (), ())
-    keep_freed_memory()
-    batch = {len(s.bags.lengths) for s in shards}
-    if len(batch) != 1:
-        raise ValueError(f"shards of one TBE must share a batch size, got {sorted(batch)}")
-    dev = torch.device(device)
-    tbe = _build_tbe(shards, optimizer, dtype, dev)
-    indices, offsets = _inputs(shards, dev)
-    out_cols = sum(s.cols for s in shards)
-    grad = torch.randn(batch.pop(), out_cols, device=dev,
-                       dtype=torch.float32)
-    fwd: list[float] = []
-    bwd: list[float] = []
-    cuda = dev.type == "cuda"
-    for i in range(warmup + repeats):
-        if cuda:
-            e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-            e0.record()
-            out = tbe(indices, offsets)
-            e1.record()
-            out.backward(grad.to(out.dtype))
-            e2.record()
-            torch.cuda.synchronize()
-            f, b = e0.elapsed_time(e1), e1.elapsed_time(e2)
-        else:
-            t0 = time.perf_counter()
-            out = tbe(indices, offsets)
-            t1 = time.perf_counter()
-            out.backward(grad.to(out.dtype))
-            t2 = time.perf_counter()
-            f, b = (t1 - t0) * 1e3, (t2 - t1) * 1e3
-        if i >= warmup:
-            fwd.append(f)
-            bwd.append(b)
-    del tbe
-    return KernelTiming(statistics.median(fwd), statistics.median(bwd), tuple(fwd), tuple(bwd))
+    return FusedOp(shards, optimizer, dtype, device).run(warmup, repeats)
 
 
 def shard_inputs(specs: list[ShardSpec], id_seed: int) -> list[ShardInput]:
@@ -157,23 +170,34 @@ def shard_inputs(specs: list[ShardSpec], id_seed: int) -> list[ShardInput]:
     return inputs
 
 
+class RankOp:
+    """A rank's shard specs built as one :class:`FusedOp` per batch size (data-parallel replicas see
+    another batch than sharded tables), ready to be timed any number of times."""
+
+    def __init__(self, specs: list[ShardSpec], optimizer: str, dtype: str, device: str,
+                 id_seed: int = 0) -> None:
+        self.ops = [FusedOp(shard_inputs([s for s in specs if s.batch_size == batch], id_seed),
+                            optimizer, dtype, device)
+                    for batch in sorted({s.batch_size for s in specs})]
+
+    def run(self, warmup: int, repeats: int) -> KernelTiming:
+        """The ops one after the other; per-iteration times add up, the medians are of those sums."""
+        if not self.ops:
+            return KernelTiming(0.0, 0.0, (), ())
+        fwd = np.zeros(repeats)
+        bwd = np.zeros(repeats)
+        for op in self.ops:
+            t = op.run(warmup, repeats)
+            fwd += np.array(t.fwd_samples_ms)
+            bwd += np.array(t.bwd_samples_ms)
+        return KernelTiming(float(np.median(fwd)), float(np.median(bwd)), tuple(fwd.tolist()),
+                            tuple(bwd.tolist()))
+
+
 def time_specs(specs: list[ShardSpec], optimizer: str, dtype: str, device: str, id_seed: int = 0,
                warmup: int = 3, repeats: int = 10) -> KernelTiming:
-    """A rank's shard specs as one TBE per batch size (data-parallel replicas see another batch).
-
-    Per-iteration times of the groups add up; the medians are taken of those sums.
-    """
-    if not specs:
-        return KernelTiming(0.0, 0.0, (), ())
-    fwd = np.zeros(repeats)
-    bwd = np.zeros(repeats)
-    for batch in sorted({s.batch_size for s in specs}):
-        group = [s for s in specs if s.batch_size == batch]
-        t = time_shards(shard_inputs(group, id_seed), optimizer=optimizer, dtype=dtype,
-                        warmup=warmup, repeats=repeats, device=device)
-        fwd += np.array(t.fwd_samples_ms)
-        bwd += np.array(t.bwd_samples_ms)
-    return KernelTiming(float(np.median(fwd)), float(np.median(bwd)), tuple(fwd.tolist()), tuple(bwd.tolist()))
+    """A rank's shard specs built and timed once (:class:`RankOp`)."""
+    return RankOp(specs, optimizer, dtype, device, id_seed).run(warmup, repeats)
 
 
 # A small fixed workload timed beside every measurement. This machine's speed drifts by up to
@@ -224,11 +248,10 @@ class BracketedTiming:
     attempts: int = 1
 
 
-def time_specs_bracketed(specs: list[ShardSpec], optimizer: str, dtype: str, device: str, id_seed: int,
-                         warmup: int, repeats: int, quiet_ms: float | None = None,
-                         max_attempts: int = 1, slow_limit: float = QUIET_TOLERANCE,
-                         pause_s: float = 1.0) -> BracketedTiming:
-    """:func:`time_specs` with the reference workload timed just before and just after.
+def time_bracketed(run: Callable[[], KernelTiming], device: str, quiet_ms: float | None = None,
+                   max_attempts: int = 1, slow_limit: float = QUIET_TOLERANCE,
+                   pause_s: float = 1.0) -> BracketedTiming:
+    """``run()`` with the reference workload timed just before and just after.
 
     Every cost-data row and every plan measurement is taken this way, so their
     drift is divided out alike. With ``quiet_ms`` (the quiet machine's
@@ -241,7 +264,7 @@ def time_specs_bracketed(specs: list[ShardSpec], optimizer: str, dtype: str, dev
     best: BracketedTiming | None = None
     for attempt in range(1, max_attempts + 1):
         before = time_reference(device)
-        t = time_specs(specs, optimizer, dtype, device, id_seed=id_seed, warmup=warmup, repeats=repeats)
+        t = run()
         after = time_reference(device)
         if quiet_ms is None or not disturbed(before, after, quiet_ms, slow_limit):
             best = BracketedTiming(t, before, after, attempt)
@@ -252,6 +275,15 @@ def time_specs_bracketed(specs: list[ShardSpec], optimizer: str, dtype: str, dev
             time.sleep(pause_s * attempt)
     assert best is not None
     return replace(best, attempts=attempt)
+
+
+def time_specs_bracketed(specs: list[ShardSpec], optimizer: str, dtype: str, device: str, id_seed: int,
+                         warmup: int, repeats: int, quiet_ms: float | None = None,
+                         max_attempts: int = 1, slow_limit: float = QUIET_TOLERANCE,
+                         pause_s: float = 1.0) -> BracketedTiming:
+    """:func:`time_specs` inside :func:`time_bracketed` (each attempt builds the rank afresh)."""
+    return time_bracketed(lambda: time_specs(specs, optimizer, dtype, device, id_seed, warmup, repeats),
+                          device, quiet_ms, max_attempts, slow_limit, pause_s)
 
 
 def slowdown(ref_before_ms: float, ref_after_ms: float, nominal_ms: float) -> float:

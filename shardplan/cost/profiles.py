@@ -102,6 +102,18 @@ def load1() -> float:
         return float("nan")
 
 
+def available_memory_gb() -> float | None:
+    """Memory the kernel says can be allocated without swapping (``MemAvailable``); ``None`` off Linux."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return None
+
+
 def reference_ms(profile: Profile) -> float | None:
     """The profile's quiet-machine reference time, if ``shardplan train`` has written it."""
     path = profile.dir / "reference.json"

@@ -44,7 +44,7 @@ REFERENCE = "torchrec"
 
 
 def bench_task(task: Task, searchers: list[str], estimator: PlanEstimator, profile: str, rounds: int,
-               seed: int = 0) -> tuple[list[dict], list[Plan]]:
+               seed: int = 0, visits: int = 1) -> tuple[list[dict], list[Plan]]:
     rows, plans = [], []
     for name in searchers:
         row = {"task": task.name, "tables": len(task.tables), "ranks": task.topology.world_size,
@@ -58,7 +58,7 @@ def bench_task(task: Task, searchers: list[str], estimator: PlanEstimator, profi
         rows.append({**row, "valid": not problems, "error": "; ".join(problems),
                      "predicted_ms": plan.cost.max_ms, "plan_seconds": plan.search["seconds"]})
         plans.append(plan)
-    measured = measure_plans(plans, profile, rounds)
+    measured = measure_plans(plans, profile, rounds, visits)
     by_name = {p.search["searcher"]: (p, m) for p, m in zip(plans, measured)}
     for row in rows:
         if row["searcher"] in by_name:
@@ -99,7 +99,7 @@ def geomean_vs(df: pd.DataFrame, reference: str | tuple[str, ...] = REFERENCE, c
 
 def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profile: str, rounds: int,
               out_dir: Path, name: str, seed: int = 0, limit: int | None = None,
-              pattern: str = "*.json", command: str = "", wait_fit_s: float = 0.0) -> pd.DataFrame:
+              pattern: str = "*.json", command: str = "", wait_fit_s: float = 0.0, visits: int = 1) -> pd.DataFrame:
     tasks = sorted(suite.glob(pattern))[:limit]
     if not tasks:
         raise InputError(str(suite), "holds no task files (*.json)")
@@ -109,7 +109,7 @@ def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profi
     out_dir.mkdir(parents=True, exist_ok=True)
     partial = out_dir / f"{name}.partial.csv"
     settings = {"suite": str(suite), "searchers": searchers, "profile": profile, "rounds": rounds, "seed": seed,
-                "model": estimator.compute_name}
+                "model": estimator.compute_name, **({"visits": visits} if visits > 1 else {})}
     rows = _resumed_rows(partial, settings)
     done = {r["task"] for r in rows}
     for path in tqdm(tasks, desc=f"bench {suite.name}"):
@@ -117,7 +117,7 @@ def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profi
         if task.name in done:
             continue
         fitness = wait_until_fit(get_profile(profile), wait_fit_s)
-        task_rows, _ = bench_task(task, searchers, estimator, profile, rounds, seed)
+        task_rows, _ = bench_task(task, searchers, estimator, profile, rounds, seed, visits)
         if fitness is not None:
             for row in task_rows:
                 row.update(fit_label_ratio=fitness.label_ratio, fit_reference=fitness.reference_slowdown)
@@ -125,7 +125,8 @@ def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profi
         write_text_atomic(partial, pd.DataFrame(rows).to_csv(index=False))
     df = pd.DataFrame(rows)
     df.to_csv(out_dir / f"{name}.csv", index=False)
-    write_text_atomic(out_dir / f"{name}.md", bench_markdown(df, suite, profile, rounds, load_before, load1(), command))
+    write_text_atomic(out_dir / f"{name}.md", bench_markdown(df, suite, profile, rounds, load_before, load1(), command,
+                                                                  visits))
     partial.unlink(missing_ok=True)
     partial.with_suffix(".json").unlink(missing_ok=True)
     return df
@@ -146,7 +147,7 @@ def _resumed_rows(partial: Path, settings: dict) -> list[dict]:
 
 
 def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, load_before: float,
-                   load_after: float, command: str = "") -> str:
+                   load_after: float, command: str = "", visits: int = 1) -> str:
     summary = geomean_vs(df)
     # The model's view of the same ratio: how far the measured figure moved from what the search aimed at.
     predicted = geomean_vs(df, column="predicted_ms").set_index("searcher")[f"geomean_vs_{REFERENCE}"]
@@ -166,7 +167,9 @@ def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, loa
              machine_state_line(_all_slowdowns(df), probes_by_task(df)), "",
              f"Date {dt.date.today()}; {machine_stamp()['cpu_model']}; load {load_before:.2f} before, "
              f"{load_after:.2f} after. Measured = per-rank fwd+bwd compute timed on real FBGEMM kernels "
-             f"(median of {rounds} interleaved round(s), each the profile's median of repeats) plus comm "
+             f"(median of {rounds} interleaved round(s), each the profile's median of repeats"
+             + (f", spread over {visits} visits per rank taken in turn with the plan's other ranks" if visits > 1 else "")
+             + ") plus comm "
              "from the profile's comm model; predicted = the neural cost model plus the same comm model. "
              "Plan cost = slowest rank, ms. `geomean_vs_best_greedy`: over the best of the literature's greedy "
              f"baselines on each task ({', '.join(greedy) or 'none run'})." + (f" Command: `{command}`." if command else ""), "",

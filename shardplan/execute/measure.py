@@ -28,41 +28,88 @@ cost block says so.
 """
 from __future__ import annotations
 
+import math
 import statistics
 
 from ..cost.comm import rank_volumes
 from ..cost.estimator import comm_model_for
-from ..cost.kernel import MEASURE_SLOW_LIMIT, slowdown, time_specs, time_specs_bracketed
-from ..cost.profiles import Profile, get_profile, load1, reference_ms
+from ..cost.kernel import MEASURE_SLOW_LIMIT, RankOp, slowdown, time_bracketed
+from ..cost.profiles import Profile, available_memory_gb, get_profile, load1, reference_ms
 from ..cost.specs import ShardSpec, rank_specs
 from ..domain import Plan, PlanCost, RankCost
+from ..errors import InputError
 from ..memory import rank_memory_gb
 
 MEASURE_ID_SEED = 1_000_003  # ids independent of the collector's (which uses the sample index)
 MEASURE_ATTEMPTS = 3  # a rank timed while the machine was disturbed is timed again (kernel.disturbed)
 MEASURE_PAUSE_S = 0.5  # before a retry, times the attempt number (a bench is thousands of rank timings)
+# Warm-up before every visit but a rank's first in a round: the op is built and its buffers allocated;
+# one call over the same ids brings back the cache state that other ranks' visits evicted.
+VISIT_WARMUP = 1
 
 
-def time_rank(specs: list[ShardSpec], optimizer: str, dtype: str, profile: Profile,
-              nominal: float | None) -> tuple[float, float, float]:
-    """(fwd_ms, bwd_ms, slowdown) of one rank, drift divided out when ``nominal`` is known."""
-    if not specs:
-        return 0.0, 0.0, 1.0
-    if not nominal:  # no quiet reference to divide by: raw times
-        t = time_specs(specs, optimizer, dtype, profile.device, id_seed=MEASURE_ID_SEED,
-                       warmup=profile.warmup, repeats=profile.repeats)
-        return t.fwd_ms, t.bwd_ms, 1.0
-    b = time_specs_bracketed(specs, optimizer, dtype, profile.device, MEASURE_ID_SEED, profile.warmup,
-                             profile.repeats, quiet_ms=nominal, max_attempts=MEASURE_ATTEMPTS,
-                             slow_limit=MEASURE_SLOW_LIMIT, pause_s=MEASURE_PAUSE_S)
-    factor = slowdown(b.ref_before_ms, b.ref_after_ms, nominal)
-    return b.timing.fwd_ms / factor, b.timing.bwd_ms / factor, factor
+def _visit_repeats(profile: Profile, visits: int) -> int:
+    """Timed iterations per visit: the profile's repeats spread over the visits (at least 2 each)."""
+    return max(2, math.ceil(profile.repeats / visits))
 
 
-def measure_plans(plans: list[Plan], profile_name: str = "cpu-2c", rounds: int = 1) -> list[PlanCost]:
-    """Measured cost of each plan (compute timed, comm from the comm model), interleaved."""
+def _time_plan(plan: Plan, specs: list[list[ShardSpec]], profile: Profile, nominal: float | None,
+               visits: int) -> list[tuple[float, float, float]]:
+    """One round of one plan: (fwd_ms, bwd_ms, slowdown) per rank, drift divided out when ``nominal``
+    is known. Each rank is built once and visited ``visits`` times in turn; a visit is bracketed by the
+    reference (and retried when disturbed), and the round's figure is the median of every divided
+    iteration of the rank's visits."""
+    optimizer, dtype = plan.task.optimizer, plan.task.dtype
+    fwd: list[list[float]] = [[] for _ in specs]
+    bwd: list[list[float]] = [[] for _ in specs]
+    slow: list[list[float]] = [[] for _ in specs]
+
+    def visit(r: int, op: RankOp, warmup: int, repeats: int) -> None:
+        if not nominal:  # no quiet reference to divide by: raw times
+            t, factor = op.run(warmup, repeats), 1.0
+        else:
+            b = time_bracketed(lambda: op.run(warmup, repeats), profile.device, quiet_ms=nominal,
+                               max_attempts=MEASURE_ATTEMPTS, slow_limit=MEASURE_SLOW_LIMIT,
+                               pause_s=MEASURE_PAUSE_S)
+            t, factor = b.timing, slowdown(b.ref_before_ms, b.ref_after_ms, nominal)
+        fwd[r].extend(x / factor for x in t.fwd_samples_ms)
+        bwd[r].extend(x / factor for x in t.bwd_samples_ms)
+        slow[r].append(factor)
+
+    if visits == 1:  # the collector's protocol exactly, one rank in memory at a time
+        for r, s in enumerate(specs):
+            if s:
+                visit(r, RankOp(s, optimizer, dtype, profile.device, MEASURE_ID_SEED),
+                      profile.warmup, profile.repeats)
+    else:
+        need, have = sum(rank_memory_gb(plan)), available_memory_gb()
+        if have is not None and need > 0.9 * have:
+            raise InputError("visits", f"{visits} visits per round hold the whole plan ({need:.1f} GB) in "
+                             f"memory and {have:.1f} GB is available", "measure with --visits 1")
+        ops = [RankOp(s, optimizer, dtype, profile.device, MEASURE_ID_SEED) if s else None for s in specs]
+        k = _visit_repeats(profile, visits)
+        for v in range(visits):
+            # The first visit warms each freshly built op up fully; later ones restore its cache state.
+            for r, op in enumerate(ops):
+                if op is not None:
+                    visit(r, op, profile.warmup if v == 0 else VISIT_WARMUP, k)
+        del ops  # free the plan's tables before the next plan is built
+    return [(statistics.median(f), statistics.median(b), statistics.median(s)) if f else (0.0, 0.0, 1.0)
+            for f, b, s in zip(fwd, bwd, slow)]
+
+
+def measure_plans(plans: list[Plan], profile_name: str = "cpu-2c", rounds: int = 1,
+                  visits: int = 1) -> list[PlanCost]:
+    """Measured cost of each plan (compute timed, comm from the comm model), interleaved.
+
+    ``visits > 1`` visits each rank that many times per round, taking turns with the plan's other
+    ranks (the profile's repeats spread over the visits): the ranks of a plan then see the same
+    moments of a drifting machine, and each rank's figure averages over more of them.
+    """
     if not plans:
         return []
+    if visits < 1 or rounds < 1:
+        raise InputError("rounds" if rounds < 1 else "visits", "must be at least 1")
     profile = get_profile(profile_name)
     profile.use_threads()
     nominal = reference_ms(profile)
@@ -74,8 +121,14 @@ def measure_plans(plans: list[Plan], profile_name: str = "cpu-2c", rounds: int =
         order = list(range(len(plans)))
         order = order[rnd % len(order):] + order[: rnd % len(order)]
         for i in order:
-            for r, rank in enumerate(specs[i]):
-                samples[i][r].append(time_rank(rank, plans[i].task.optimizer, plans[i].task.dtype, profile, nominal))
+            for r, x in enumerate(_time_plan(plans[i], specs[i], profile, nominal, visits)):
+                samples[i][r].append(x)
+    if visits == 1:
+        protocol = f"median of {profile.repeats} after {profile.warmup} warm-up"
+    else:
+        protocol = (f"median of {visits} visits x {_visit_repeats(profile, visits)} iterations, taken in "
+                    f"turn with the plan's other ranks (warm-up {profile.warmup} before the first visit, "
+                    f"{VISIT_WARMUP} before the others)")
     out = []
     for plan, per_rank in zip(plans, samples):
         comm = comm_model.rank_comm_ms(rank_volumes(plan), plan.task.topology)
@@ -83,9 +136,8 @@ def measure_plans(plans: list[Plan], profile_name: str = "cpu-2c", rounds: int =
         ranks = tuple(RankCost(r, statistics.median(x[0] for x in s), statistics.median(x[1] for x in s),
                                comm[r][0], comm[r][1], mem[r]) for r, s in enumerate(per_rank))
         out.append(PlanCost(kind="measured", profile=profile.name, per_rank=ranks, extra={
-            "compute": (f"measured: FBGEMM {profile.device} TBE fwd/bwd, median of {profile.repeats} after "
-                        f"{profile.warmup} warm-up, median of {rounds} interleaved round(s), "
-                        f"{profile.threads or 'default'} thread(s) per rank; "
+            "compute": (f"measured: FBGEMM {profile.device} TBE fwd/bwd, {protocol}, median of {rounds} "
+                        f"interleaved round(s), {profile.threads or 'default'} thread(s) per rank; "
                         + (f"divided by the machine's slowdown against the quiet reference ({nominal:.3f} ms)"
                            if nominal else "raw (no reference.json: not normalised for machine drift)")),
             "slowdown_per_rank": [round(statistics.median(x[2] for x in s), 3) for s in per_rank],
@@ -95,6 +147,6 @@ def measure_plans(plans: list[Plan], profile_name: str = "cpu-2c", rounds: int =
     return out
 
 
-def measure_plan(plan: Plan, profile_name: str = "cpu-2c", rounds: int = 1) -> PlanCost:
-    return measure_plans([plan], profile_name, rounds)[0]
+def measure_plan(plan: Plan, profile_name: str = "cpu-2c", rounds: int = 1, visits: int = 1) -> PlanCost:
+    return measure_plans([plan], profile_name, rounds, visits)[0]
 
