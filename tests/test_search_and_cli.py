@@ -264,3 +264,27 @@ def test_neuroshard_packs_tight_tasks_that_the_cost_order_strands(estimator):
         rank = {t.name: t.shards[0].rank for t in plan.tables if t.sharding_type == "table_wise"}
         if {"big", "hot1", "hot2"} <= set(rank):
             assert rank["hot1"] == rank["hot2"] != rank["big"]
+
+
+def test_rank_collector_gates_on_the_fitness_probe_when_asked(monkeypatch, tmp_path, task_dict, estimator):
+    """With a wait for a fit machine, every rank is timed under the plan measurements' slow limit and
+    its row records the probe; without one, under the quiet gate. Rounds resume independently."""
+    from shardplan.cost import collect_ranks
+    from shardplan.cost.fitness import Fitness
+    from shardplan.cost.kernel import MEASURE_SLOW_LIMIT, QUIET_TOLERANCE
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(task_dict))
+    limits = []
+    monkeypatch.setattr(collect_ranks, "timed_row",
+                        lambda specs, *a: limits.append(a[-1]) or {"fwd_ms": 1.0, "bwd_ms": 1.0})
+    monkeypatch.setattr(collect_ranks, "wait_until_fit", lambda profile, wait_s: Fitness(1.02, 1.7))
+    out = tmp_path / "ranks.parquet"
+    df = collect_ranks.collect_plan_ranks(get_profile("cpu-2c"), [path], ["greedy-dim"], estimator, out,
+                                          round_=2, wait_fit_s=60)
+    assert limits and set(limits) == {MEASURE_SLOW_LIMIT}
+    assert (df.fit_label_ratio == 1.02).all() and (df.fit_reference == 1.7).all() and (df["round"] == 2).all()
+    limits.clear()
+    df = collect_ranks.collect_plan_ranks(get_profile("cpu-2c"), [path], ["greedy-dim"], estimator, out, round_=3)
+    assert limits and set(limits) == {QUIET_TOLERANCE}
+    assert df[df["round"] == 3].fit_label_ratio.isna().all()

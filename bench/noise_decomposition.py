@@ -1,0 +1,97 @@
+"""Where does a bench's measured-over-predicted gap come from: the model, or the instrument?
+
+Reads a bench CSV (``shardplan bench`` keeps every round of every rank in
+``measured_rank_rounds_ms``) and, per searcher, splits each rank's log error
+log(measured / predicted) into
+
+- a bias: the mean log error over all ranks;
+- round noise: how far the rounds of one rank scatter (from the difference of
+  two rounds; the instrument's share);
+- model error: what spread remains once the noise is taken out.
+
+Then it asks what a plan's *slowest* measured rank should look like if the
+errors were only these, drawn independently of the search (no winner's
+curse): it draws each rank's error from that bias and spread, many times, and
+reports the median of slowest measured over its predicted, beside what the
+bench saw. When the two agree, the slowest-rank excess of balanced plans is
+the maximum of noisy ranks, not a searcher that picks plans whose predictions
+err low. Measured figures are the bench's (real FBGEMM CPU kernels);
+predicted ones the neural model's, as the CSV records them.
+
+    .venv/bin/python bench/noise_decomposition.py bench/results/bench-cpu-2c-cpu-bench-fit.csv
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from shardplan.formats import write_text_atomic
+
+DRAWS = 400  # simulated measurements per plan
+
+
+def decompose(df: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
+    """One row per searcher: bias, round noise, model error, observed and simulated slowest-rank ratio."""
+    rng = np.random.default_rng(seed)
+    df = df[df.valid.astype(bool) & df.measured_rank_rounds_ms.notna()]
+    out = []
+    for searcher, g in df.groupby("searcher", sort=False):
+        errs, halves, plans = [], [], []
+        for _, row in g.iterrows():
+            rounds = np.array(json.loads(row.measured_rank_rounds_ms))  # ranks x rounds
+            pred = np.array(json.loads(row.predicted_rank_compute_ms))
+            keep = pred > 0  # a rank with no shards has nothing to measure
+            rounds, pred = rounds[keep], pred[keep]
+            if rounds.shape[1] < 2:
+                continue
+            log_err = np.log(rounds / pred[:, None])
+            errs += list(np.median(log_err, axis=1))
+            halves += list((log_err[:, 0] - log_err[:, 1]) / 2)
+            plans.append((pred, np.array(json.loads(row.measured_rank_compute_ms))[keep]))
+        if not plans:
+            continue
+        n_rounds = rounds.shape[1]
+        noise = float(np.sqrt(2 * np.var(halves)))  # one round's sd: var(e1 - e2) = 2 sd^2
+        bias, total = float(np.mean(errs)), float(np.std(errs))
+        model = float(np.sqrt(max(total**2 - noise**2 / n_rounds, 0.0)))
+        observed = [meas.max() / pred[meas.argmax()] for pred, meas in plans]
+        simulated = []
+        for pred, _ in plans:
+            draws = pred * np.exp(rng.normal(bias, total, (DRAWS, len(pred))))
+            simulated += list(draws.max(axis=1) / pred[draws.argmax(axis=1)])
+        out.append({"searcher": searcher, "plans": len(plans), "ranks": len(errs),
+                    "bias (mean log err)": bias, "round noise sd": noise, "model error sd": model,
+                    "slowest meas/pred observed": float(np.median(observed)),
+                    "slowest meas/pred simulated": float(np.median(simulated))})
+    return pd.DataFrame(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("csv", type=Path)
+    ap.add_argument("--out", type=Path, default=Path("bench/results"))
+    args = ap.parse_args()
+    table = decompose(pd.read_csv(args.csv))
+    print(table.to_string(index=False))
+    md = [f"# Noise decomposition of `{args.csv.name}`", "",
+          f"Command: `.venv/bin/python bench/noise_decomposition.py {shlex.join(sys.argv[1:])}`", "",
+          "Per rank, log(measured / predicted) with measured = the bench's real FBGEMM timing and predicted = "
+          "the neural model. `round noise sd`: one round's scatter (from two rounds of the same rank); "
+          "`model error sd`: the spread left once the noise of the median of the rounds is taken out. "
+          "`simulated`: the median slowest-rank ratio if every rank's error were drawn independently from "
+          f"the observed bias and spread ({DRAWS} draws per plan), with no selection by the searcher.", "",
+          table.to_markdown(index=False, floatfmt=".3f"), ""]
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"noise-decomposition-{args.csv.stem}.md"
+    write_text_atomic(path, "\n".join(md))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
