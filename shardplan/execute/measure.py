@@ -15,9 +15,14 @@ whose references show a burst (before and after disagree by more than
 steady 1.2x slowdown): labels bound the model, while a measurement only has to
 divide a steady slowdown out.
 
-Several plans are measured interleaved: in each round, the plans take turns
-rank by rank, in an order rotated from round to round, so noise hits them
-alike. A rank's figure is its median round (every round's figure is kept in
+Several plans are measured interleaved: in each round the plans take turns,
+in an order rotated from round to round, so noise hits them alike. In its
+turn a plan's ranks are timed one after the other, each in one go (the
+collector's protocol), or, with ``visits > 1``, each built once and visited
+that many times in turn with the other ranks, the profile's repeats spread
+over the visits: on 2026-11-22 that halved the spread of a rank between two
+measurements (15% to 7% median, ``bench/visits_noise.py``) at 2.5 times the
+time. A rank's figure is its median round (every round's figure is kept in
 the cost block). The fastest round was tried and rejected: dividing by the
 reference errs both ways on a disturbed machine (``bench/drift_probe.py`` saw
 TorchRec's ranks of ``unseen-a-10`` divide to 1.3x their quiet time while the
