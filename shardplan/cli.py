@@ -353,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--no-measure", dest="measure", action="store_false")
     run.add_argument("--rounds", type=int, default=1)
+    add_visits(run)
     run.set_defaults(func=_cmd_run)
 
     plan = with_profile(sub.add_parser("plan", help="plan a task"))

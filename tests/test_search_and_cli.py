@@ -60,6 +60,11 @@ def test_cli_plan_evaluate_measure(tmp_path, task_dict, model_path, capsys):
                if any(s.rank == r.rank for t in plan.tables for s in t.shards))
     assert "measured: FBGEMM cpu TBE" in plan.measured_cost.extra["compute"]
     assert json.loads(out.read_text())["cost"]["max_ms"] == pytest.approx(plan.cost.max_ms, abs=1e-3)
+    # The main job plans and measures in one go; with visits the protocol says so.
+    run_out = tmp_path / "run.json"
+    assert main(["run", str(tmp_path / "task.json"), "--model", str(model_path), "-o", str(run_out),
+                 "--visits", "2"]) == 0
+    assert "2 visits" in load_plan(run_out).measured_cost.extra["compute"]
 
 
 @pytest.mark.parametrize("edit, needle", [
