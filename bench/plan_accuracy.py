@@ -53,7 +53,6 @@ def main() -> None:
             continue
         fitness = wait_until_fit(get_profile(args.profile), 60 * args.wait_fit)
         measured = measure_plan(plan, args.profile, rounds=args.rounds, visits=args.visits)
-        slow = measured.extra.get("slowdown_per_rank", [float("nan")] * len(measured.per_rank))
         for r, (rc, m) in enumerate(zip(plan.cost.per_rank, measured.per_rank)):
             if m.compute_ms == 0:
                 continue
@@ -61,7 +60,7 @@ def main() -> None:
                          "shards": sum(1 for t in plan.tables for s in t.shards if s.rank == r),
                          "pred_fwd_ms": rc.fwd_compute_ms, "pred_bwd_ms": rc.bwd_compute_ms,
                          "meas_fwd_ms": m.fwd_compute_ms, "meas_bwd_ms": m.bwd_compute_ms,
-                         "reference_slowdown": slow[r],
+                         "reference_slowdown": measured.extra["slowdown"],
                          "fit_label_ratio": fitness.label_ratio if fitness else float("nan"),
                          "fit_reference": fitness.reference_slowdown if fitness else float("nan")})
     df = pd.DataFrame(rows)
@@ -84,7 +83,7 @@ def main() -> None:
           f"Command: `.venv/bin/python bench/plan_accuracy.py {shlex.join(sys.argv[1:])}`  ",
           f"Date {dt.date.today()}, {machine_stamp()['cpu_model']}, load {load_before:.2f} before / "
           f"{load1():.2f} after.", "",
-          machine_state_line(df.reference_slowdown.dropna().tolist(), probes_by_task(df)), "", summary, "",
+          machine_state_line(df.groupby("task").reference_slowdown.first().dropna().tolist(), probes_by_task(df)), "", summary, "",
           "| task | ranks | max shards/rank | MAPE | worst rank error |", "| --- | --- | --- | --- | --- |"]
     md += [f"| {t} | {r.ranks} | {r.max_shards} | {r.mape * 100:.1f}% | {r.worst * 100:+.1f}% |"
            for t, r in per_task.iterrows()]

@@ -74,14 +74,14 @@ def main() -> None:
             rows.append({"task": task.name, "searcher": searcher, "visits": visits, "repeat": rep,
                          "seconds": time.perf_counter() - t0,
                          "measured_rank_ms": [r.compute_ms for r in m.per_rank], "predicted_rank_ms": predicted,
-                         "rank_slowdown": m.extra["slowdown_per_rank"]})
+                         "round_slowdown": m.extra["slowdown_per_round"]})
     df = pd.DataFrame(rows)
     stem = f"visits-noise-{args.profile}-{args.suite.name}"
     args.out.mkdir(parents=True, exist_ok=True)
     df.to_csv(args.out / f"{stem}.csv", index=False)
     table = summarize(df)
     print(table.to_string(index=False))
-    slowdowns = [s for x in df.rank_slowdown for s in x]
+    slowdowns = [s for x in df.round_slowdown for s in x]
     md = [f"# Measurement repeatability by protocol: `{args.suite}`", "",
           f"Command: `.venv/bin/python bench/visits_noise.py {shlex.join(sys.argv[1:])}`  ",
           f"Date {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine_stamp()['cpu_model']}, "

@@ -174,25 +174,35 @@ def test_measurements_accept_a_steady_slowdown_but_retry_a_burst(monkeypatch):
 
 
 def test_plan_measurement_reports_every_round(monkeypatch, plan_dict):
-    """Per rank the median of the interleaved rounds, with every round's fwd+bwd beside it."""
+    """Per rank the median of the interleaved rounds, with every round's fwd+bwd beside it, all
+    divided by one slowdown: the median of every reference reading of the call."""
     from shardplan.execute import measure
     from shardplan.formats import load_plan
 
     plan = load_plan(plan_dict)
-    rounds = iter([(5.0, 9.0, 1.3), (6.0, 7.0, 1.1),  # round 0: rank 0, rank 1
-                   (4.0, 8.0, 1.0), (9.0, 9.0, 1.6),  # round 1
-                   (7.0, 6.0, 1.2), (8.0, 8.0, 1.4)])  # round 2
-    monkeypatch.setattr(measure, "_time_plan", lambda plan, specs, *a: [next(rounds) for _ in specs])
+    quiet = measure.reference_ms(get_profile("cpu-2c"))
+    rounds = iter([([(5.0, 9.0), (6.0, 7.0)], [1.0, 3.0]),  # round 0: raw (fwd, bwd) of ranks 0, 1; refs
+                   ([(4.0, 8.0), (9.0, 9.0)], [2.0, 2.0]),  # round 1
+                   ([(7.0, 6.0), (8.0, 8.0)], [2.0, 9.0])])  # round 2
+
+    def fake_time_plan(*args):
+        per_rank, refs = next(rounds)
+        return per_rank, [r * quiet for r in refs]
+
+    monkeypatch.setattr(measure, "_time_plan", fake_time_plan)
     m = measure.measure_plans([plan], rounds=3)[0]
-    assert [(r.fwd_compute_ms, r.bwd_compute_ms) for r in m.per_rank] == [(5.0, 8.0), (8.0, 8.0)]
-    assert m.extra["rounds_compute_ms_per_rank"] == [[14.0, 12.0, 13.0], [13.0, 18.0, 16.0]]
-    assert m.extra["slowdown_per_rank"] == [1.2, 1.4] and "median of 3" in m.extra["compute"]
+    assert m.extra["slowdown"] == pytest.approx(2.0) and m.extra["slowdown_per_round"] == [2.0, 2.0, 5.5]
+    assert [(r.fwd_compute_ms, r.bwd_compute_ms) for r in m.per_rank] == [(2.5, 4.0), (4.0, 4.0)]
+    assert m.extra["rounds_compute_ms_per_rank"] == [[7.0, 6.0, 6.5], [6.5, 9.0, 8.0]]
+    assert "median of 3" in m.extra["compute"] and "2.000x" in m.extra["compute"]
 
 
 def test_visits_take_turns_over_ranks_built_once_per_round(monkeypatch, plan_dict):
-    """With visits, each rank is built once a round and visited in turn with the other ranks; its
-    figure is the median of every divided iteration; a plan too big to hold is refused up front."""
-    from shardplan.cost.kernel import BracketedTiming, KernelTiming
+    """With visits, each rank is built once a round and visited in turn with the other ranks, each
+    visit between two reference readings; its figure is the median of every iteration of its visits
+    over the call's one slowdown; a plan too big to hold is refused up front."""
+    from shardplan.cost import kernel
+    from shardplan.cost.kernel import KernelTiming
     from shardplan.errors import InputError
     from shardplan.execute import measure
     from shardplan.formats import load_plan
@@ -211,21 +221,17 @@ def test_visits_take_turns_over_ranks_built_once_per_round(monkeypatch, plan_dic
             ms = [10.0 * (self.rank + 1) + i for i in range(repeats)]
             return KernelTiming(0.0, 0.0, tuple(ms), tuple(ms))
 
-    slow = iter([1.0, 1.0, 2.0, 1.0, 1.0, 2.0] * 2)  # the machine per visit, in visiting order
-
-    def fake_bracketed(run, device, **kw):
-        f = next(slow)
-        return BracketedTiming(run(), f * quiet, f * quiet)
-
+    # Readings in order: a spike on one visit moves only the call's median, not that visit.
+    refs = iter([1.0, 1.0, 1.0, 4.0] + [2.0] * 100)
     monkeypatch.setattr(measure, "RankOp", FakeOp)
-    monkeypatch.setattr(measure, "time_bracketed", fake_bracketed)
+    monkeypatch.setattr(kernel, "time_reference", lambda device="cpu": next(refs) * quiet)
     m = measure.measure_plans([plan], rounds=2, visits=3)[0]
     assert built == [0, 1, 0, 1]  # once per rank and round
     k = math.ceil(get_profile("cpu-2c").repeats / 3)
     assert calls[:6] == [(0, 3, k), (1, 3, k), (0, 1, k), (1, 1, k), (0, 1, k), (1, 1, k)]
-    # rank 0 visits ran 1x, 2x, 1x slow
-    samples = sorted([10.0 + i for i in range(k)] * 2 + [(10.0 + i) / 2 for i in range(k)])
-    assert m.per_rank[0].fwd_compute_ms == pytest.approx(float(np.median(samples)))
+    assert m.extra["slowdown"] == pytest.approx(2.0)  # 24 readings, 20 of them 2.0
+    assert m.per_rank[0].fwd_compute_ms == pytest.approx(float(np.median([10.0 + i for i in range(k)])) / 2)
+    assert m.per_rank[1].fwd_compute_ms == pytest.approx(float(np.median([20.0 + i for i in range(k)])) / 2)
     assert "3 visits" in m.extra["compute"]
     monkeypatch.setattr(measure, "available_memory_gb", lambda: 1e-6)
     with pytest.raises(InputError, match="visits"):

@@ -20,8 +20,8 @@ than ``kernel.QUIET_TOLERANCE`` slower than quiet. On a machine that stays
 anyway; ``wait_fit_s > 0`` gates on the fitness probe instead
 (:mod:`shardplan.cost.fitness`: before each plan, stored labels must re-time
 within ``LABEL_TOLERANCE``, waiting up to ``wait_fit_s`` for that) and then
-accepts a steady slowdown up to ``kernel.MEASURE_SLOW_LIMIT``, as plan
-measurements do. Each row records the gate it passed (``slow_limit``, and the
+accepts a steady slowdown up to ``kernel.MEASURE_SLOW_LIMIT``, as the probe
+does. Each row records the gate it passed (``slow_limit``, and the
 probe's ``fit_label_ratio`` / ``fit_reference``).
 """
 from __future__ import annotations

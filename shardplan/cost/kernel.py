@@ -217,13 +217,13 @@ def time_reference(device: str = "cpu") -> float:
 
 # A timing is taken again when the reference shows the machine disturbed around it. Labels from a
 # disturbed machine are what limits the cost model (dividing by the slowdown corrects only part of
-# it), so by default anything more than QUIET_TOLERANCE over the quiet reference is retried; plan
-# measurements pass the looser MEASURE_SLOW_LIMIT.
+# it), so by default anything more than QUIET_TOLERANCE over the quiet reference is retried; the rank
+# collector gated by the fitness probe passes the looser MEASURE_SLOW_LIMIT.
 QUIET_TOLERANCE = 1.2
-# A steadily slow machine is accepted up to this factor over quiet by plan measurements (and by the
-# rank collector when the fitness probe gates it): a timing whose references before and after agree
-# was slowed by one factor throughout, which divides out, and on a machine that stays slow for hours
-# a retry after a pause finds it no quieter (it tripled bench time).
+# A steadily slow machine is accepted up to this factor over quiet by the fitness probe (and by the
+# rank collector when the probe gates it): a timing whose references before and after agree was
+# slowed by one factor throughout, which divides out, and on a machine that stays slow for hours a
+# retry after a pause finds it no quieter (it tripled bench time).
 MEASURE_SLOW_LIMIT = 2.0
 # References before and after a timing that differ by more than this factor mean the speed changed
 # during it (a burst), and the mean of the two is a poor divisor: always retried. Two readings of the

@@ -71,7 +71,7 @@ def bench_task(task: Task, searchers: list[str], estimator: PlanEstimator, profi
                        predicted_rank_compute_ms=json.dumps([round(r.compute_ms, 4) for r in plan.cost.per_rank]),
                        # Every round of every rank: other estimators (the median) can be computed afterwards.
                        measured_rank_rounds_ms=json.dumps(m.extra["rounds_compute_ms_per_rank"]),
-                       rank_slowdown=json.dumps(m.extra.get("slowdown_per_rank", [])))
+                       round_slowdown=json.dumps(m.extra["slowdown_per_round"]))
     return rows, [replace(p, measured_cost=m) for p, m in zip(plans, measured)]
 
 
@@ -169,22 +169,23 @@ def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, loa
              f"{load_after:.2f} after. Measured = per-rank fwd+bwd compute timed on real FBGEMM kernels "
              f"(median of {rounds} interleaved round(s), each the profile's median of repeats"
              + (f", spread over {visits} visits per rank taken in turn with the plan's other ranks" if visits > 1 else "")
-             + ") plus comm "
+             + "; one slowdown divided out per task: the median of the reference's readings around "
+             "every visit of its plans) plus comm "
              "from the profile's comm model; predicted = the neural cost model plus the same comm model. "
              "Plan cost = slowest rank, ms. `geomean_vs_best_greedy`: over the best of the literature's greedy "
              f"baselines on each task ({', '.join(greedy) or 'none run'})." + (f" Command: `{command}`." if command else ""), "",
              "## Summary", "", summary.to_markdown(index=False, floatfmt=".3f"), "",
              "## Per task", "",
              df[["task", "tables", "ranks", "searcher", "measured_ms", "imbalance", "predicted_ms",
-                 "plan_seconds", "valid", "error"]].fillna({"error": ""}).to_markdown(index=False, floatfmt=".3f"),
+                 "plan_seconds", "valid", "error"]].astype({"error": object}).fillna({"error": ""}).to_markdown(index=False, floatfmt=".3f"),
              ""]
     return "\n".join(lines)
 
 
 def _all_slowdowns(df: pd.DataFrame) -> list[float]:
-    if "rank_slowdown" not in df:  # results written before the column existed
-        return []
-    return [x for cell in df["rank_slowdown"].dropna() for x in json.loads(cell)]
+    # Per plan round since 2026-11-22; per rank timing (``rank_slowdown``) in results written before.
+    column = next((c for c in ("round_slowdown", "rank_slowdown") if c in df), None)
+    return [x for cell in df[column].dropna() for x in json.loads(cell)] if column else []
 
 
 def probes_by_task(df: pd.DataFrame) -> list[Fitness]:
@@ -206,7 +207,7 @@ def machine_state_line(slowdowns: list[float], probes: list[Fitness] = ()) -> st
         return "Machine state: not recorded."
     q = np.quantile(slowdowns, [0.1, 0.5, 0.9])
     line = (f"Machine state: the reference workload ran {q[1]:.2f}x its quiet time (median over "
-            f"{len(slowdowns)} rank timings; 10th-90th percentile {q[0]:.2f}-{q[2]:.2f}x). Quiet is 1.00; "
+            f"{len(slowdowns)} timings; 10th-90th percentile {q[0]:.2f}-{q[2]:.2f}x). Quiet is 1.00; "
             f"cost data is only collected under {QUIET_TOLERANCE}x.")
     if probes:
         ratios = [f.label_ratio for f in probes]
