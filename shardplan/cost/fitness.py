@@ -8,7 +8,8 @@ to 0.55x while it read 4-5x. Whether the machine is in the state its cost
 data was labelled in is best asked of the labels themselves: a few whole ranks
 of real plans from the profile's ``compute-ranks.parquet`` (timed when the
 reference read within ``kernel.QUIET_TOLERANCE`` of quiet) are timed again,
-the same way, and their divided times compared with the stored ones. Two
+divided as a plan measurement is (by the median of all the probe's reference
+readings), and compared with the stored ones. Two
 quiet timings of the same set differ by a median 3.2%
 (``data/profiles/cpu-2c/label-repeatability.md``), so a median ratio within
 :data:`LABEL_TOLERANCE` of 1 says the machine reproduces its labels, dividing
@@ -110,15 +111,17 @@ def probe(profile: Profile) -> Fitness | None:
     if not ranks or not quiet:
         return None
     profile.use_threads()
-    ratios, slows = [], []
+    ratios, readings = [], []
     for r in ranks:
         b = time_specs_bracketed(list(r.specs), r.optimizer, r.dtype, profile.device, r.id_seed,
                                  profile.warmup, profile.repeats)  # one attempt: the probe must see disturbance
-        factor = slowdown(b.ref_before_ms, b.ref_after_ms, quiet)
-        ratios.append((b.timing.fwd_ms + b.timing.bwd_ms) / factor / r.label_ms)
-        slows.append(factor)
-    # The median in log space (with 6, the geometric mean of the middle two): symmetric in fast and slow.
-    return Fitness(float(np.exp(statistics.median(np.log(ratios)))), float(statistics.median(slows)))
+        ratios.append((b.timing.fwd_ms + b.timing.bwd_ms) / r.label_ms)
+        readings += [b.ref_before_ms, b.ref_after_ms]
+    # Divided once, by the median of all readings, as plan measurements are (execute/measure.py: the
+    # reference reads bursts the ranks do not share). The median ratio in log space (with 6, the
+    # geometric mean of the middle two): symmetric in fast and slow.
+    factor = statistics.median(readings) / quiet
+    return Fitness(float(np.exp(statistics.median(np.log(ratios)))) / factor, factor)
 
 
 def wait_until_fit(profile: Profile, max_wait_s: float, poll_s: float = POLL_S) -> Fitness | None:
