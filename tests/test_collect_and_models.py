@@ -185,11 +185,12 @@ def test_plan_measurement_reports_every_round(monkeypatch, plan_dict):
                    ([(4.0, 8.0), (9.0, 9.0)], [2.0, 2.0]),  # round 1
                    ([(7.0, 6.0), (8.0, 8.0)], [2.0, 9.0])])  # round 2
 
-    def fake_time_plan(*args):
+    def fake_time_round(jobs, *args):
         per_rank, refs = next(rounds)
+        assert [j.rank for j in jobs] == [0, 1]
         return per_rank, [r * quiet for r in refs]
 
-    monkeypatch.setattr(measure, "_time_plan", fake_time_plan)
+    monkeypatch.setattr(measure, "_time_round", fake_time_round)
     m = measure.measure_plans([plan], rounds=3)[0]
     assert m.extra["slowdown"] == pytest.approx(2.0) and m.extra["slowdown_per_round"] == [2.0, 2.0, 5.5]
     assert [(r.fwd_compute_ms, r.bwd_compute_ms) for r in m.per_rank] == [(2.5, 4.0), (4.0, 4.0)]
@@ -233,9 +234,39 @@ def test_visits_take_turns_over_ranks_built_once_per_round(monkeypatch, plan_dic
     assert m.per_rank[0].fwd_compute_ms == pytest.approx(float(np.median([10.0 + i for i in range(k)])) / 2)
     assert m.per_rank[1].fwd_compute_ms == pytest.approx(float(np.median([20.0 + i for i in range(k)])) / 2)
     assert "3 visits" in m.extra["compute"]
+
     monkeypatch.setattr(measure, "available_memory_gb", lambda: 1e-6)
     with pytest.raises(InputError, match="visits"):
         measure.measure_plans([plan], visits=2)
+
+
+def test_plans_of_a_call_take_turns_visit_by_visit_when_they_fit_together(monkeypatch, plan_dict):
+    """Two plans that fit in memory together are visited rank by rank across plans (plan 0's ranks,
+    plan 1's, again); when only one fits at a time, plan after plan."""
+    from shardplan.cost.kernel import KernelTiming
+    from shardplan.execute import measure
+    from shardplan.formats import load_plan
+
+    plan = load_plan(plan_dict)
+    built, calls = [], []
+
+    class FakeOp:
+        def __init__(self, *a, **k):
+            self.id = len(built)
+            built.append(self.id)
+
+        def run(self, warmup, repeats):
+            calls.append(self.id)
+            return KernelTiming(1.0, 1.0, (1.0,) * repeats, (1.0,) * repeats)
+
+    monkeypatch.setattr(measure, "RankOp", FakeOp)
+    need = sum(measure.rank_memory_gb(plan))
+    for have, order, says in ((3 * need, [0, 1, 2, 3, 0, 1, 2, 3], "every plan of the call"),
+                              (1.5 * need, [0, 1, 0, 1, 2, 3, 2, 3], "the plan's other ranks")):
+        built.clear(), calls.clear()
+        monkeypatch.setattr(measure, "available_memory_gb", lambda: have)
+        m = measure.measure_plans([plan, plan], visits=2)
+        assert calls == order and says in m[0].extra["compute"]
 
 
 def test_fitness_probe_compares_retimed_ranks_with_their_labels(monkeypatch):

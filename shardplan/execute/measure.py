@@ -12,8 +12,13 @@ collector's protocol), or, with ``visits > 1``, each built once and visited
 that many times in turn with the other ranks, the profile's repeats spread
 over the visits: on 2026-11-22 that halved the spread of a rank between two
 measurements (15% to 7% median, ``bench/visits_noise.py``) at 2.5 times the
-time. A rank's figure is its median round (every round's figure is kept in
-the cost block).
+time. With visits, where all the call's plans fit in memory together, their
+ranks take turns visit by visit across plans, not plan after plan: the same
+day's benches showed the ratio of two plans' costs varying 9-11% (sd of log)
+from round to round while the ratio of two ranks of one plan varied 4%, so the
+drift between plans' turns, not the ranks' own noise, was what blurred a
+comparison. A rank's figure is its median round (every round's figure is kept
+in the cost block).
 
 The fixed reference workload is timed just before and after every visit, and
 every figure of one call is divided by a single slowdown: the median of all
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 
 from ..cost.comm import rank_volumes
 from ..cost.estimator import comm_model_for
@@ -52,6 +58,9 @@ MEASURE_ID_SEED = 1_000_003  # ids independent of the collector's (which uses th
 # Warm-up before every visit but a rank's first in a round: the op is built and its buffers allocated;
 # one call over the same ids brings back the cache state that other ranks' visits evicted.
 VISIT_WARMUP = 1
+# With visits, at most this share of the available memory is held at once (a plan's ranks, or every
+# plan of the call): the rest is the ids, the gradients and the process itself.
+MEMORY_SHARE = 0.9
 
 
 def _visit_repeats(profile: Profile, visits: int) -> int:
@@ -59,29 +68,35 @@ def _visit_repeats(profile: Profile, visits: int) -> int:
     return max(2, math.ceil(profile.repeats / visits))
 
 
-def _time_plan(plan: Plan, specs: list[list[ShardSpec]], profile: Profile, with_reference: bool,
-               visits: int) -> tuple[list[tuple[float, float]], list[float]]:
-    """One round of one plan: raw (fwd_ms, bwd_ms) per rank, each the median of every iteration of the
-    rank's visits, and the reference's readings taken around every visit (none without
-    ``with_reference``). Each rank is built once and visited ``visits`` times in turn."""
-    optimizer, dtype = plan.task.optimizer, plan.task.dtype
-    fwd: list[list[float]] = [[] for _ in specs]
-    bwd: list[list[float]] = [[] for _ in specs]
+@dataclass(frozen=True)
+class _RankJob:
+    """One rank of one plan of the call, as timed."""
+
+    plan: int
+    rank: int
+    specs: list[ShardSpec]
+    optimizer: str
+    dtype: str
+
+
+def _time_round(jobs: list[_RankJob], profile: Profile, with_reference: bool,
+                visits: int) -> tuple[list[tuple[float, float]], list[float]]:
+    """One round over ``jobs`` (one plan's ranks, or several plans' taking turns visit by visit):
+    raw (fwd_ms, bwd_ms) per job, each the median of every iteration of its visits, and the
+    reference's readings taken around every visit (none without ``with_reference``). Each rank is
+    built once and visited ``visits`` times in turn with the others."""
+    fwd: list[list[float]] = [[] for _ in jobs]
+    bwd: list[list[float]] = [[] for _ in jobs]
     refs: list[float] = []
+    ops: list[RankOp | None] = [None] * len(jobs)
 
-    if visits > 1:
-        need, have = sum(rank_memory_gb(plan)), available_memory_gb()
-        if have is not None and need > 0.9 * have:
-            raise InputError("visits", f"{visits} visits per round hold the whole plan ({need:.1f} GB) in "
-                             f"memory and {have:.1f} GB is available", "measure with --visits 1")
-    ops: list[RankOp | None] = [None] * len(specs)
-
-    def run(r: int, warmup: int, repeats: int) -> KernelTiming:
+    def run(j: int, warmup: int, repeats: int) -> KernelTiming:
         # A rank is built inside its first visit's bracket, as the collector builds every sample: the
         # reference after a build read 7% slower (median, 2026-11-22), and it should read the kernels.
-        if ops[r] is None:
-            ops[r] = RankOp(specs[r], optimizer, dtype, profile.device, MEASURE_ID_SEED)
-        return ops[r].run(warmup, repeats)
+        if ops[j] is None:
+            job = jobs[j]
+            ops[j] = RankOp(job.specs, job.optimizer, job.dtype, profile.device, MEASURE_ID_SEED)
+        return ops[j].run(warmup, repeats)
 
     if visits == 1:  # the collector's protocol
         schedule = [(profile.warmup, profile.repeats)]
@@ -89,31 +104,46 @@ def _time_plan(plan: Plan, specs: list[list[ShardSpec]], profile: Profile, with_
         k = _visit_repeats(profile, visits)
         schedule = [(profile.warmup, k)] + [(VISIT_WARMUP, k)] * (visits - 1)
     for warmup, repeats in schedule:
-        for r in range(len(specs)):
-            if not specs[r]:
+        for j, job in enumerate(jobs):
+            if not job.specs:
                 continue
             if with_reference:
-                b = time_bracketed(lambda: run(r, warmup, repeats), profile.device)
+                b = time_bracketed(lambda: run(j, warmup, repeats), profile.device)
                 t = b.timing
                 refs += [b.ref_before_ms, b.ref_after_ms]
             else:
-                t = run(r, warmup, repeats)
-            fwd[r].extend(t.fwd_samples_ms)
-            bwd[r].extend(t.bwd_samples_ms)
+                t = run(j, warmup, repeats)
+            fwd[j].extend(t.fwd_samples_ms)
+            bwd[j].extend(t.bwd_samples_ms)
             if visits == 1:
-                ops[r] = None  # one rank in memory at a time
-    ops.clear()  # free the plan's tables before the next plan is built
+                ops[j] = None  # one rank in memory at a time
+    ops.clear()  # free the tables before the next round's are built
     return [(statistics.median(f), statistics.median(b)) if f else (0.0, 0.0) for f, b in zip(fwd, bwd)], refs
+
+
+def _plans_take_turns_by_visit(plans: list[Plan], visits: int) -> bool:
+    """Whether this call's plans can be visited in turn, rank by rank (all of them held in memory at
+    once), rather than each plan taking its own turn; a plan that alone does not fit is an error."""
+    if visits == 1:
+        return False
+    need, have = [sum(rank_memory_gb(p)) for p in plans], available_memory_gb()
+    if have is None:
+        return len(plans) > 1
+    if max(need) > MEMORY_SHARE * have:
+        raise InputError("visits", f"{visits} visits per round hold a whole plan ({max(need):.1f} GB) in "
+                         f"memory and {have:.1f} GB is available", "measure with --visits 1")
+    return len(plans) > 1 and sum(need) <= MEMORY_SHARE * have
 
 
 def measure_plans(plans: list[Plan], profile_name: str = "cpu-2c", rounds: int = 1,
                   visits: int = 1) -> list[PlanCost]:
     """Measured cost of each plan (compute timed, comm from the comm model), interleaved.
 
-    ``visits > 1`` visits each rank that many times per round, taking turns with the plan's other
-    ranks (the profile's repeats spread over the visits): the ranks of a plan then see the same
-    moments of a drifting machine, and each rank's figure averages over more of them. Every figure
-    of the call is divided by one slowdown: the median of every reference reading it took.
+    ``visits > 1`` visits each rank that many times per round, taking turns with the other ranks
+    (the profile's repeats spread over the visits): with the plan's own ranks, and with every rank
+    of every plan of the call where they fit in memory together. The ranks then see the same moments
+    of a drifting machine, and each rank's figure averages over more of them. Every figure of the
+    call is divided by one slowdown: the median of every reference reading it took.
     """
     if not plans:
         return []
@@ -124,27 +154,31 @@ def measure_plans(plans: list[Plan], profile_name: str = "cpu-2c", rounds: int =
     nominal = reference_ms(profile)
     comm_model = comm_model_for(profile)
     load_before = load1()
-    specs = [rank_specs(p) for p in plans]
-    raw: list[list[list[tuple[float, float]]]] = [[[] for _ in s] for s in specs]  # plan, rank, round
+    together = _plans_take_turns_by_visit(plans, visits)
+    jobs = [[_RankJob(i, r, s, p.task.optimizer, p.task.dtype) for r, s in enumerate(rank_specs(p))]
+            for i, p in enumerate(plans)]
+    raw: list[list[list[tuple[float, float]]]] = [[[] for _ in j] for j in jobs]  # plan, rank, round
     round_refs: list[list[float]] = [[] for _ in plans]  # plan: median reading of each of its rounds
     readings: list[float] = []
     for rnd in range(rounds):
         order = list(range(len(plans)))
         order = order[rnd % len(order):] + order[: rnd % len(order)]
-        for i in order:
-            per_rank, refs = _time_plan(plans[i], specs[i], profile, bool(nominal), visits)
-            for r, x in enumerate(per_rank):
-                raw[i][r].append(x)
+        groups = [[j for i in order for j in jobs[i]]] if together else [jobs[i] for i in order]
+        for group in groups:
+            per_job, refs = _time_round(group, profile, bool(nominal), visits)
+            for job, x in zip(group, per_job):
+                raw[job.plan][job.rank].append(x)
             readings += refs
-            if refs:
+            for i in {job.plan for job in group} if refs else set():
                 round_refs[i].append(statistics.median(refs))
     factor = statistics.median(readings) / nominal if nominal and readings else 1.0
     if visits == 1:
         protocol = f"median of {profile.repeats} after {profile.warmup} warm-up"
     else:
+        others = "the ranks of every plan of the call" if together else "the plan's other ranks"
         protocol = (f"median of {visits} visits x {_visit_repeats(profile, visits)} iterations, taken in "
-                    f"turn with the plan's other ranks (warm-up {profile.warmup} before the first visit, "
-                    f"{VISIT_WARMUP} before the others)")
+                    f"turn with {others} (warm-up {profile.warmup} before the first visit, {VISIT_WARMUP} "
+                    "before the others)")
     divided = (f"divided by one slowdown for the whole call, {factor:.3f}x: the median of its "
                f"{len(readings)} readings of the reference against quiet ({nominal:.3f} ms)" if nominal
                else "raw (no reference.json: not normalised for machine drift)")
