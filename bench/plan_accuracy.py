@@ -37,6 +37,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--visits", type=int, default=1, help="visits per rank and round (measure_plans)")
     ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--name", help="results file stem (default plan-accuracy-PROFILE-SUITE)")
     ap.add_argument("--wait-fit", type=float, default=0.0, metavar="MINUTES",
                     help="before each task, wait up to this long for a machine that reproduces its cost labels")
     args = ap.parse_args()
@@ -69,7 +70,7 @@ def main() -> None:
     df["rel_err"] = (df.pred_ms - df.meas_ms) / df.meas_ms
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"plan-accuracy-{args.profile}-{Path(args.suite).name}"
+    stem = args.name or f"plan-accuracy-{args.profile}-{Path(args.suite).name}"
     df.to_csv(out / f"{stem}.csv", index=False)
     per_task = df.groupby("task").agg(ranks=("rank", "count"), max_shards=("shards", "max"),
                                       mape=("rel_err", lambda x: np.mean(np.abs(x))),
