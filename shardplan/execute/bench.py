@@ -168,7 +168,8 @@ def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, loa
              f"Date {dt.date.today()}; {machine_stamp()['cpu_model']}; load {load_before:.2f} before, "
              f"{load_after:.2f} after. Measured = per-rank fwd+bwd compute timed on real FBGEMM kernels "
              f"(median of {rounds} interleaved round(s), each the profile's median of repeats"
-             + (f", spread over {visits} visits per rank taken in turn with the plan's other ranks" if visits > 1 else "")
+             + (f", spread over {visits} visits per rank taken in turn with the ranks of the task's other plans "
+                "too where they fit in memory together (else with the plan's own)" if visits > 1 else "")
              + "; one slowdown divided out per task: the median of the reference's readings around "
              "every visit of its plans) plus comm "
              "from the profile's comm model; predicted = the neural cost model plus the same comm model. "
