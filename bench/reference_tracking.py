@@ -33,9 +33,9 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from shardplan.cost.kernel import RankOp, time_bracketed
-from shardplan.cost.profiles import get_profile, load1, reference_ms
 from shardplan.cost.estimator import load_estimator
+from shardplan.cost.kernel import RankOp, slowdown, time_bracketed
+from shardplan.cost.profiles import get_profile, load1, reference_ms
 from shardplan.cost.specs import rank_specs
 from shardplan.execute.measure import MEASURE_ID_SEED
 from shardplan.formats import load_task, write_text_atomic
@@ -66,7 +66,7 @@ def sweep(task_path: Path, sweeps: int, repeats: int, profile_name: str) -> pd.D
 def estimates(d: pd.DataFrame, quiet_ms: float) -> pd.DataFrame:
     """GROUP-visit estimates of every rank, per group of sweeps, by the three divisors."""
     d = d.assign(group=d.sweep // GROUP,
-                 visit_slowdown=(d.ref_before_ms + d.ref_after_ms) / 2 / quiet_ms)
+                 visit_slowdown=slowdown(d.ref_before_ms, d.ref_after_ms, quiet_ms))
     out = []
     for g, x in d.groupby("group"):
         if x.sweep.nunique() < GROUP:

@@ -154,9 +154,10 @@ def test_disturbed_timings_are_retried(monkeypatch):
     assert (b.ref_before_ms, b.ref_after_ms, b.attempts) == (2.0, 2.2, 2)
 
 
-def test_measurements_accept_a_steady_slowdown_but_retry_a_burst(monkeypatch):
-    """Plan measurements keep a steadily 1.6x slow timing (it divides out) and retry one whose speed
-    changed during it; the collector's stricter limit retries both."""
+def test_probe_gated_collection_accepts_a_steady_slowdown_but_retries_a_burst(monkeypatch):
+    """Under MEASURE_SLOW_LIMIT (the collector behind the fitness probe) a steadily 1.6x slow timing is
+    kept (it divides out) and one whose speed changed during it is retried; the collector's default
+    quiet gate retries both."""
     from shardplan.cost import kernel
     from shardplan.cost.kernel import MEASURE_SLOW_LIMIT
 
