@@ -18,7 +18,14 @@ the maximum of noisy ranks, not a searcher that picks plans whose predictions
 err low. Measured figures are the bench's (real FBGEMM CPU kernels);
 predicted ones the neural model's, as the CSV records them.
 
+Given several runs of the same suite, it also splits each rank's error
+*within its plan* (log error minus the plan's mean; what decides the measured
+imbalance of a plan the model balanced) into a persistent part, the same in
+every run (the model's error on that rank, plus any lasting machine state),
+and a run-to-run part (the instrument).
+
     .venv/bin/python bench/noise_decomposition.py bench/results/bench-cpu-2c-cpu-bench-fit.csv
+    .venv/bin/python bench/noise_decomposition.py RUN1.csv RUN2.csv RUN3.csv --name NAME
 """
 from __future__ import annotations
 
@@ -72,14 +79,45 @@ def decompose(df: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def across_runs(runs: list[pd.DataFrame]) -> pd.DataFrame:
+    """One row per searcher: the within-plan rank error split into a persistent and a run-to-run sd."""
+    rows = []
+    for k, df in enumerate(runs):
+        df = df[df.valid.astype(bool) & df.measured_rank_compute_ms.notna()]
+        for _, row in df.iterrows():
+            pred = np.array(json.loads(row.predicted_rank_compute_ms))
+            meas = np.array(json.loads(row.measured_rank_compute_ms))
+            keep = pred > 0
+            err = np.log(meas[keep] / pred[keep])
+            rows += [{"run": k, "searcher": row.searcher, "task": row.task, "rank": r, "e": e}
+                     for r, e in zip(np.flatnonzero(keep), err - err.mean())]
+    long = pd.DataFrame(rows)
+    out = []
+    for searcher, g in long.groupby("searcher", sort=False):
+        wide = g.pivot_table(index=["task", "rank"], columns="run", values="e").dropna()
+        n = wide.shape[1]
+        if n < 2 or wide.empty:
+            continue
+        mean = wide.mean(axis=1)
+        # unbiased: the deviations from a mean of n runs have n - 1 degrees of freedom
+        run_sd = float(np.sqrt((wide.sub(mean, axis=0) ** 2).to_numpy().sum() / (len(wide) * (n - 1))))
+        persistent = float(np.sqrt(max(mean.var() - run_sd**2 / n, 0.0)))
+        out.append({"searcher": searcher, "runs": n, "ranks": len(wide),
+                    "persistent sd (within plan)": persistent, "run-to-run sd (within plan)": run_sd})
+    return pd.DataFrame(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("csv", type=Path)
+    ap.add_argument("csv", type=Path, nargs="+", help="one bench CSV, or several runs of the same suite")
+    ap.add_argument("--name", default=None, help="results file name part (default: the first CSV's name)")
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     args = ap.parse_args()
-    table = decompose(pd.read_csv(args.csv))
+    runs = [pd.read_csv(p) for p in args.csv]
+    table = decompose(pd.concat(runs) if len(runs) > 1 else runs[0])
     print(table.to_string(index=False))
-    md = [f"# Noise decomposition of `{args.csv.name}`", "",
+    names = ", ".join(f"`{p.name}`" for p in args.csv)
+    md = [f"# Noise decomposition of {names}", "",
           f"Command: `.venv/bin/python bench/noise_decomposition.py {shlex.join(sys.argv[1:])}`", "",
           "Per rank, log(measured / predicted) with measured = the bench's real FBGEMM timing and predicted = "
           "the neural model. `round noise sd`: one round's scatter (from two rounds of the same rank); "
@@ -87,8 +125,19 @@ def main() -> None:
           "`simulated`: the median slowest-rank ratio if every rank's error were drawn independently from "
           f"the observed bias and spread ({DRAWS} draws per plan), with no selection by the searcher.", "",
           table.to_markdown(index=False, floatfmt=".3f"), ""]
+    if len(runs) > 1:
+        cross = across_runs(runs)
+        print(cross.to_string(index=False))
+        md += ["## Across runs, within plans", "",
+               "Each rank's log error minus its plan's mean, in every run: `persistent sd` is the spread of "
+               "the per-rank mean over runs once the run-to-run part of that mean is taken out (the model's "
+               "error on that rank, plus any machine state that lasted through the runs); `run-to-run sd` "
+               "is one run's scatter around that mean. A plan balanced by the model measures max/mean of "
+               "about 1 + c * sqrt(persistent^2 + run-to-run^2), c the expected maximum of as many standard "
+               "normals as it has ranks (0.56 for 2, 1.03 for 4, 1.42 for 8).", "",
+               cross.to_markdown(index=False, floatfmt=".3f"), ""]
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"noise-decomposition-{args.csv.stem}.md"
+    path = args.out / f"noise-decomposition-{args.name or args.csv[0].stem}.md"
     write_text_atomic(path, "\n".join(md))
     print(f"wrote {path}")
 
