@@ -67,6 +67,14 @@ def _cmd_collect_ranks(args: argparse.Namespace) -> int:
     paths = sorted(Path(args.suite).glob("*.json"))
     if not paths:
         raise InputError("--suite", f"no task files in {args.suite}")
+    if args.visits > 1:  # a task's plans timed together, for within-task relative labels
+        from .cost.collect_ranks import collect_plan_groups
+
+        out = Path(args.out) if args.out else profile.dir / "compute-plan-groups.parquet"
+        df = collect_plan_groups(profile, paths, args.searchers.split(","), _estimator(args), out,
+                                 rounds=args.rounds, visits=args.visits)
+        print(f"{out}: {len(df)} rank samples of {df['group'].nunique() if len(df) else 0} tasks")
+        return 0
     out = Path(args.out) if args.out else profile.dir / "compute-ranks.parquet"
     df = collect_plan_ranks(profile, paths, args.searchers.split(","), _estimator(args), out, round_=args.round,
                             wait_fit_s=60 * args.wait_fit)
@@ -470,7 +478,12 @@ def build_parser() -> argparse.ArgumentParser:
                                            "greedy-size,round-robin,random")
     cr.add_argument("--round", type=int, default=0, help="DreamShard loop round: plans of a retrained model "
                                                          "are new data (default 0)")
-    cr.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute-ranks.parquet)")
+    cr.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute-ranks.parquet, "
+                                  "compute-plan-groups.parquet with --visits)")
+    cr.add_argument("--visits", type=int, default=1,
+                    help="above 1: time each task's plans together as the bench does (turns by visit, one "
+                         "divisor per task), for within-task relative labels (source plan-group)")
+    cr.add_argument("--rounds", type=int, default=2, help="interleaved rounds with --visits (default 2)")
     add_wait_fit(cr, "then accept a steady slowdown up to 2x, as plan measurements do; 0 (default) "
                      "gates each rank on the reference alone (within 1.2x of quiet)")
     cr.set_defaults(func=_cmd_collect_ranks)

@@ -293,3 +293,26 @@ def test_rank_collector_gates_on_the_fitness_probe_when_asked(monkeypatch, tmp_p
     df = collect_ranks.collect_plan_ranks(get_profile("cpu-2c"), [path], ["greedy-dim"], estimator, out, round_=3)
     assert limits and set(limits) == {QUIET_TOLERANCE}
     assert df[df["round"] == 3].fit_label_ratio.isna().all()
+
+
+def test_plan_group_collector_times_a_tasks_plans_together_and_resumes(tmp_path, task_dict, estimator):
+    """Every rank of every searcher's plan of a task, on real kernels, in one measurement call: one
+    divisor for the whole group, ranks that match the plan, and a second run skips the task."""
+    from shardplan.cost import collect_ranks
+    from shardplan.formats import load_task
+    from shardplan.search import get_searcher
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(task_dict))
+    out = tmp_path / "groups.parquet"
+    searchers = ["greedy-dim", "round-robin"]
+    df = collect_ranks.collect_plan_groups(get_profile("cpu-2c"), [path], searchers, estimator, out,
+                                           rounds=1, visits=2)
+    task = load_task(path)
+    expected = sum(1 for s in searchers for r in get_searcher(s).plan(task, estimator, seed=0).rank_shards() if r)
+    assert len(df) == expected and set(df.searcher) == set(searchers)
+    assert (df.source == "plan-group").all() and (df.group == "tiny").all() and df.slowdown.nunique() == 1
+    assert (df.fwd_ms > 0).all() and (df.bwd_ms > 0).all() and (df.visits == 2).all()
+    again = collect_ranks.collect_plan_groups(get_profile("cpu-2c"), [path], searchers, estimator, out,
+                                              rounds=1, visits=2)
+    assert len(again) == len(df)

@@ -26,6 +26,7 @@ probe's ``fit_label_ratio`` / ``fit_reference``).
 """
 from __future__ import annotations
 
+import datetime as _dt
 import zlib
 from pathlib import Path
 
@@ -39,7 +40,7 @@ from .estimator import PlanEstimator
 from .fitness import wait_until_fit
 from .kernel import MEASURE_SLOW_LIMIT, QUIET_TOLERANCE
 from .profiles import Profile
-from .specs import rank_specs
+from .specs import rank_specs, specs_to_json
 
 RANKS_SEED = 7  # the `seed` column of plan-rank rows (random samples use the collector's seeds)
 
@@ -93,4 +94,54 @@ def collect_plan_ranks(profile: Profile, task_paths: list[Path], searchers: list
                                          profile.warmup, profile.repeats, quiet_ms, slow_limit),
                              **gate, **stamp})
         existing = append_rows(existing, rows, out)  # after every plan, so a stop loses at most one
+    return existing
+
+
+def collect_plan_groups(profile: Profile, task_paths: list[Path], searchers: list[str], estimator: PlanEstimator,
+                        out: Path, rounds: int = 2, visits: int = 4) -> pd.DataFrame:
+    """Time the plans of every task not yet in ``out`` together, as the bench measures them.
+
+    A task's plans (one per searcher) go to :func:`shardplan.execute.measure.measure_plans` in one
+    call: their ranks take turns visit by visit and every figure shares one divisor, so the ratio of
+    any two ranks of the task is as exact as a bench comparison (2026-11-22: 3-4% run-to-run, sd of
+    log) while the task's level rides on that divisor, which on a disturbed machine misses the
+    kernels' slowdown by up to 30% (the fitness probe). Rows (``source = "plan-group"``, ``group`` =
+    the task) are therefore for within-task relative timing: ``fwd_ms``/``bwd_ms`` are already
+    divided by the call's ``slowdown``; there is no per-row reference. One task per call; resumable
+    by task (a task that no searcher can plan leaves no row, and is planned again on a resume).
+    """
+    from ..execute.measure import measure_plans
+    from ..search import get_searcher
+
+    existing = pd.read_parquet(out) if out.exists() else pd.DataFrame()
+    done = set(existing["group"]) if len(existing) else set()
+    stamp = _stamp(profile, "sgd", "fp32")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for path in tqdm(task_paths, desc=f"collect plan groups [{profile.name}]"):
+        task = load_task(path)
+        if task.name in done:
+            continue
+        plans = []
+        for searcher in searchers:
+            try:
+                plans.append((searcher, get_searcher(searcher).plan(task, estimator, seed=0)))
+            except InputError:  # infeasible for this searcher: nothing to time
+                continue
+        costs = measure_plans([p for _, p in plans], profile.name, rounds=rounds, visits=visits)
+        rows = []
+        for (searcher, plan), cost in zip(plans, costs):
+            for rank, specs in enumerate(rank_specs(plan)):
+                if not specs:
+                    continue
+                rc = cost.per_rank[rank]
+                rows.append({"seed": RANKS_SEED, "sample": task_sample(task.name), "source": "plan-group",
+                             "group": task.name, "task": task.name, "searcher": searcher, "rank": rank,
+                             "num_shards": len(specs), "batch_size": max(s.batch_size for s in specs),
+                             "shards": specs_to_json(specs), "fwd_ms": rc.fwd_compute_ms,
+                             "bwd_ms": rc.bwd_compute_ms, "slowdown": cost.extra["slowdown"],
+                             "rounds_ms": cost.extra["rounds_compute_ms_per_rank"][rank],
+                             "protocol": cost.extra["compute"], "rounds": rounds, "visits": visits,
+                             "load1_before": cost.extra["load1_before"], "load1_after": cost.extra["load1_after"],
+                             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), **stamp})
+        existing = append_rows(existing, rows, out)
     return existing

@@ -92,18 +92,19 @@ class NeuralCostModel:
 
     def __init__(self, profile: str, hidden: int = 128, code: int = 64, epochs: int = 300,
                  batch_size: int = 256, lr: float = 2e-3, weight_decay: float = 1e-5,
-                 seed: int = 0, monotone_weight: float = 10.0) -> None:
+                 seed: int = 0, monotone_weight: float = 10.0, group_weight: float = 1.0) -> None:
         for name, v in (("hidden", hidden), ("code", code), ("epochs", epochs), ("batch_size", batch_size)):
             if not isinstance(v, int) or v <= 0:
                 raise InputError(name, f"must be a positive integer, got {v!r}")
         if lr <= 0:
             raise InputError("lr", f"must be positive, got {lr!r}")
-        if monotone_weight < 0:
-            raise InputError("monotone_weight", f"must be >= 0, got {monotone_weight!r}")
+        for name, w in (("monotone_weight", monotone_weight), ("group_weight", group_weight)):
+            if w < 0:
+                raise InputError(name, f"must be >= 0, got {w!r}")
         self.profile = profile
         self.hidden, self.code, self.epochs = hidden, code, epochs
         self.batch_size, self.lr, self.weight_decay, self.seed = batch_size, lr, weight_decay, seed
-        self.monotone_weight = monotone_weight
+        self.monotone_weight, self.group_weight = monotone_weight, group_weight
         self.net: _SetNet | None = None
         self.mean = np.zeros(len(FEATURE_NAMES), dtype=np.float32)
         self.std = np.ones(len(FEATURE_NAMES), dtype=np.float32)
@@ -111,10 +112,16 @@ class NeuralCostModel:
 
     # ---- training ---------------------------------------------------------------------------
     def fit(self, sets: list[list[ShardSpec]], fwd_ms: np.ndarray, bwd_ms: np.ndarray,
-            progress: bool = True) -> "NeuralCostModel":
+            progress: bool = True, groups: np.ndarray | None = None) -> "NeuralCostModel":
         """Fit on measured sets. Besides the log-space MSE, every batch is also scored with one
         shard of another set added to each set; where that lowers the prediction, the squared
         log drop, times ``monotone_weight``, is added to the loss.
+
+        ``groups`` (one int per set, -1 for none) marks sets whose times are known only relative
+        to the other sets of their group: the ranks of one task's plans timed together, whose
+        shared divisor sets the group's level but not the ratios within it. Their loss is the
+        squared log error less its group mean (each step takes whole groups, about a batch of
+        sets), times ``group_weight``; the absolute loss skips them.
 
         Why: a fused kernel never gets faster for doing more work, but a free-form set model
         can learn otherwise off its training distribution, and a searcher finds such spots.
@@ -124,6 +131,9 @@ class NeuralCostModel:
         """
         if len(sets) != len(fwd_ms) or len(sets) != len(bwd_ms):
             raise InputError("fit", "sets, fwd_ms and bwd_ms must have the same length")
+        groups = np.full(len(sets), -1) if groups is None else np.asarray(groups)
+        if len(groups) != len(sets):
+            raise InputError("groups", "must have one entry per set")
         torch.manual_seed(self.seed)
         gen = torch.Generator().manual_seed(self.seed)
         rng = np.random.default_rng(self.seed)
@@ -136,12 +146,18 @@ class NeuralCostModel:
         xt, mt, yt = torch.from_numpy(x), torch.from_numpy(mask), torch.from_numpy(y)
         self.net = _SetNet(x.shape[-1], self.hidden, self.code)
         opt = torch.optim.AdamW(self.net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-        steps = self.epochs * max(1, -(-len(sets) // self.batch_size))
+        absolute = np.flatnonzero(groups < 0)
+        group_ids = np.unique(groups[groups >= 0])
+        members = {g: np.flatnonzero(groups == g) for g in group_ids}
+        steps_per_epoch = max(1, -(-len(absolute) // self.batch_size))
+        groups_per_step = -(-len(group_ids) // steps_per_epoch)  # every group once an epoch
+        steps = self.epochs * steps_per_epoch
         sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=self.lr, total_steps=steps)
         self.net.train()
         bar = tqdm(range(self.epochs), desc="train cost model", disable=not progress)
         for _ in bar:
-            order = rng.permutation(len(sets))
+            order = rng.permutation(absolute)
+            group_order = list(rng.permutation(group_ids))
             total = 0.0
             for k in range(0, len(order), self.batch_size):
                 idx = torch.from_numpy(order[k:k + self.batch_size])
@@ -150,6 +166,9 @@ class NeuralCostModel:
                 if self.monotone_weight > 0:
                     grown = self.net(*_with_foreign_shard(xt[idx], mt[idx], gen))
                     loss = loss + self.monotone_weight * torch.relu(pred - grown).square().mean()
+                if self.group_weight > 0 and group_order:
+                    step_groups = [group_order.pop() for _ in range(min(groups_per_step, len(group_order)))]
+                    loss = loss + self.group_weight * self._group_loss(xt, mt, yt, [members[g] for g in step_groups])
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
@@ -158,6 +177,17 @@ class NeuralCostModel:
             bar.set_postfix(loss=f"{total / len(order):.4f}")
         self.net.eval()
         return self
+
+    def _group_loss(self, xt: torch.Tensor, mt: torch.Tensor, yt: torch.Tensor,
+                    groups: list[np.ndarray]) -> torch.Tensor:
+        """Squared log error of the sets of ``groups``, each less its group's mean error, summed and
+        scaled as the absolute loss is (per set of a batch), so a grouped set weighs like one there."""
+        idx = torch.from_numpy(np.concatenate(groups))
+        err = self.net(xt[idx], mt[idx]) - yt[idx]
+        sizes = torch.tensor([len(g) for g in groups])
+        owner = torch.repeat_interleave(torch.arange(len(groups)), sizes)
+        means = torch.zeros(len(groups), 2).index_add_(0, owner, err) / sizes[:, None]
+        return (err - means[owner]).square().sum() / (err.shape[1] * self.batch_size)
 
     # ---- inference --------------------------------------------------------------------------
     def predict(self, sets: list[list[ShardSpec]]) -> tuple[np.ndarray, np.ndarray]:
@@ -231,7 +261,7 @@ class NeuralCostModel:
             "hyper": {"hidden": self.hidden, "code": self.code, "epochs": self.epochs,
                       "batch_size": self.batch_size, "lr": self.lr,
                       "weight_decay": self.weight_decay, "seed": self.seed,
-                      "monotone_weight": self.monotone_weight},
+                      "monotone_weight": self.monotone_weight, "group_weight": self.group_weight},
             "mean": self.mean.tolist(), "std": self.std.tolist(),
             "state_dict": {k: v.tolist() for k, v in self.net.state_dict().items()},
             "metadata": {"saved": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -2,7 +2,8 @@
 
 ``shardplan train`` = :func:`train_and_report`: load the profile's
 ``compute.parquet`` (and ``compute-ranks.parquet``, whole ranks of real plans,
-when present; held out by task), divide each sample's times by the machine's slowdown while
+when present; held out by task; and ``compute-plan-groups.parquet``, ranks of a
+task's plans timed together, learnt for their ratios within the task), divide each sample's times by the machine's slowdown while
 it was taken (read off the reference workload timed beside it), split it deterministically (a sample is held out when a
 hash of its seed and index falls in the last 15%), fit the neural model and the
 two baselines on the training part, score all three on the held-out part and
@@ -61,6 +62,20 @@ def is_holdout(seed: int, sample: int) -> bool:
     return int.from_bytes(h[:4], "little") / 2**32 >= 1.0 - HOLDOUT_FRACTION
 
 
+GROUP_SPLIT = "holdout plan groups (each task's plans timed together; level matched per task)"
+
+
+def level_matched(pred_f: np.ndarray, pred_b: np.ndarray, fwd: np.ndarray, bwd: np.ndarray,
+                  group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Predictions scaled per group so their geometric mean matches the measured one: what is left
+    is the error in the ratios within a group, the only thing grouped labels know."""
+    out = []
+    for p, y in ((pred_f, fwd), (pred_b, bwd)):
+        shift = pd.Series(np.log(y) - np.log(p)).groupby(group).transform("mean").to_numpy()
+        out.append(p * np.exp(shift))
+    return out[0], out[1]
+
+
 def metrics(pred_f: np.ndarray, pred_b: np.ndarray, fwd: np.ndarray, bwd: np.ndarray) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, p, y in (("fwd", pred_f, fwd), ("bwd", pred_b, bwd),
@@ -96,16 +111,33 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         rank_split = (pick(rte, rsets), rf[rte], rb[rte])
         rank_counts = (len(rtr), len(rte), int(rdf.loc[rtr, "task"].nunique()), int(rdf.loc[rte, "task"].nunique()))
 
+    groups = np.full(len(train_sets), -1)
+    groups_path = data_dir / "compute-plan-groups.parquet"
+    group_split = None
+    if groups_path.exists():  # a task's plans timed together: their ratios, not their level, are labels
+        gdf = pd.read_parquet(groups_path)
+        gsets = [specs_from_json(x) for x in gdf["shards"]]
+        gid = gdf["group"].astype("category").cat.codes.to_numpy()
+        ghold = np.array([is_holdout(s, i) for s, i in zip(gdf["seed"], gdf["sample"])])
+        gtr, gte = np.flatnonzero(~ghold), np.flatnonzero(ghold)
+        train_sets = train_sets + pick(gtr, gsets)
+        train_f = np.concatenate([train_f, gdf["fwd_ms"].to_numpy()[gtr]])
+        train_b = np.concatenate([train_b, gdf["bwd_ms"].to_numpy()[gtr]])
+        groups = np.concatenate([groups, gid[gtr]])
+        group_split = (pick(gte, gsets), gdf["fwd_ms"].to_numpy()[gte], gdf["bwd_ms"].to_numpy()[gte], gid[gte])
+        group_counts = (len(gtr), len(gte), int(gdf.loc[gtr, "group"].nunique()), int(gdf.loc[gte, "group"].nunique()))
+
     models = {
-        "neural": NeuralCostModel(profile=profile.name, epochs=epochs, seed=seed),
+        "neural": NeuralCostModel(profile=profile.name, epochs=epochs, seed=seed, group_weight=RANK_SAMPLE_WEIGHT),
         "roofline (TorchRec form)": RooflineCostModel(),
         "gbm (hand features)": GBMCostModel(seed=seed),
     }
     for name, m in models.items():
         if isinstance(m, NeuralCostModel):
-            m.fit(train_sets, train_f, train_b, progress=progress)
-        else:
-            m.fit(train_sets, train_f, train_b)
+            m.fit(train_sets, train_f, train_b, progress=progress, groups=groups)
+        else:  # the baselines learn levels only: grouped sets, whose level is not a label, are left out
+            absolute = np.flatnonzero(groups < 0)
+            m.fit(pick(absolute, train_sets), train_f[absolute], train_b[absolute])
 
     evals: dict[str, dict[str, Any]] = {}
     splits = {"holdout": (pick(te), fwd[te], bwd[te]),
@@ -119,17 +151,26 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     for split, (s, f, b) in splits.items():
         evals[split] = {"n": len(s), "num_shards": [min(map(len, s)), max(map(len, s))],
                         "models": {name: metrics(*m.predict(s), f, b) for name, m in models.items()}}
+    if group_split is not None:
+        s, f, b, gid = group_split
+        evals[GROUP_SPLIT] = {"n": len(s), "num_shards": [min(map(len, s)), max(map(len, s))],
+                              "models": {name: metrics(*level_matched(*m.predict(s), f, b, gid), f, b)
+                                         for name, m in models.items()}}
 
     neural = models["neural"]
     meta = {
         "profile": profile.name,
         "trained_on": (f"data/profiles/{profile.name}/compute.parquet" if data_dir == profile.dir
                        else str(data_dir / "compute.parquet"))
-                      + (" + compute-ranks.parquet" if rank_split is not None else ""),
+                      + (" + compute-ranks.parquet" if rank_split is not None else "")
+                      + (" + compute-plan-groups.parquet" if group_split is not None else ""),
         "train_samples": int(len(tr)), "holdout_samples": int(len(te)),
         **({"train_rank_samples": rank_counts[0], "holdout_rank_samples": rank_counts[1],
             "train_rank_tasks": rank_counts[2], "holdout_rank_tasks": rank_counts[3],
             "rank_sample_weight": RANK_SAMPLE_WEIGHT} if rank_split is not None else {}),
+        **({"train_group_samples": group_counts[0], "holdout_group_samples": group_counts[1],
+            "train_group_tasks": group_counts[2], "holdout_group_tasks": group_counts[3]}
+           if group_split is not None else {}),
         "train_num_shards": [int(df["num_shards"].min()), int(df["num_shards"].max())],
         "data_stamp": {k: sorted(map(str, df[k].unique()))[:3] for k in
                        ("cpu_model", "cpu_cores", "torch", "fbgemm_gpu", "threads", "optimizer")},
@@ -159,7 +200,11 @@ def report_markdown(meta: dict[str, Any]) -> str:
              f"{meta['train_num_shards'][1]} shards); date {meta['date']}."
              + (f" Plus {meta['train_rank_samples']} whole ranks of real plans of {meta['train_rank_tasks']} "
                 f"tasks (each counted {meta['rank_sample_weight']} times); the ranks of "
-                f"{meta['holdout_rank_tasks']} other tasks are held out." if "train_rank_samples" in meta else ""),
+                f"{meta['holdout_rank_tasks']} other tasks are held out." if "train_rank_samples" in meta else "")
+             + (f" Plus {meta['train_group_samples']} ranks of {meta['train_group_tasks']} tasks whose plans "
+                "were timed together, learnt for their ratios within a task only (their level rides on "
+                f"one divisor per task); {meta['holdout_group_tasks']} tasks' are held out and scored "
+                "after matching each task's level." if "train_group_samples" in meta else ""),
              "All targets are measured kernel times; every figure below compares a model's "
              "prediction with them. Labels: " + meta["labels"] + ". The raw-label split shows the same "
              "held-out sets against the undivided times.", ""]

@@ -1,0 +1,94 @@
+"""Two compute models' plans, measured interleaved with TorchRec's on real kernels.
+
+For every task of a suite, the default searcher plans once with model A and
+once with model B; both plans and TorchRec's go to one measurement call
+(``measure_plans``: the ranks of all three take turns visit by visit and share
+one divisor), so machine drift hits them alike. Reports each model's measured
+plan cost over TorchRec's (geometric mean over the tasks TorchRec plans), B
+over A on every task, and how many plans are balanced (measured max/mean at
+most 1.10). Measured = real FBGEMM kernel times (comm from the comm model, as
+in the bench); predicted = each model's own figure. Writes
+``bench/results/model-ab-<name>.{md,csv}``.
+
+    MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 taskset -c 1 \\
+      .venv/bin/python bench/model_ab.py --a data/profiles/cpu-2c/compute-model.json --b NEW.json --name NAME
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import shlex
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from shardplan.cost.estimator import load_estimator
+from shardplan.cost.profiles import load1, machine_stamp
+from shardplan.errors import InputError
+from shardplan.execute.measure import measure_plans
+from shardplan.formats import load_task, write_text_atomic
+from shardplan.search import DEFAULT_SEARCHER, get_searcher
+
+
+def geomean(x: pd.Series) -> float:
+    return float(np.exp(np.log(x.astype(float)).mean()))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--a", required=True, help="compute-model file A (e.g. the committed one)")
+    ap.add_argument("--b", required=True, help="compute-model file B")
+    ap.add_argument("--profile", default="cpu-2c")
+    ap.add_argument("--suite", default="data/tasks/cpu-bench")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--visits", type=int, default=4)
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--out", type=Path, default=Path("bench/results"))
+    args = ap.parse_args()
+    estimators = {"A": load_estimator(args.profile, args.a), "B": load_estimator(args.profile, args.b)}
+    load_before, rows = load1(), []
+    for path in tqdm(sorted(Path(args.suite).glob("*.json")), desc=f"model A/B [{Path(args.suite).name}]"):
+        task = load_task(path)
+        plans = {k: get_searcher(DEFAULT_SEARCHER).plan(task, est, seed=0) for k, est in estimators.items()}
+        try:
+            plans["torchrec"] = get_searcher("torchrec").plan(task, estimators["A"], seed=0)
+        except InputError:  # TorchRec finds no plan: the models are still compared
+            pass
+        costs = measure_plans(list(plans.values()), args.profile, rounds=args.rounds, visits=args.visits)
+        for (who, plan), cost in zip(plans.items(), costs):
+            rows.append({"task": task.name, "ranks": task.topology.world_size, "plan": who,
+                         "measured_ms": cost.max_ms, "imbalance": cost.imbalance, "predicted_ms": plan.cost.max_ms,
+                         "slowdown": cost.extra["slowdown"]})
+    df = pd.DataFrame(rows)
+    args.out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(args.out / f"model-ab-{args.name}.csv", index=False)
+    wide = df.pivot(index="task", columns="plan", values="measured_ms")
+    imb = df.pivot(index="task", columns="plan", values="imbalance")
+    with_tr = wide.dropna(subset=["torchrec"]) if "torchrec" in wide else wide.iloc[:0]
+    summary = pd.DataFrame([{
+        "model": k, "file": getattr(args, k.lower()),
+        "measured / TorchRec (geomean)": geomean(with_tr[k] / with_tr["torchrec"]) if len(with_tr) else float("nan"),
+        "balanced (max/mean <= 1.10)": f"{int((imb[k] <= 1.10).sum())} of {len(imb)}"} for k in ("A", "B")])
+    print(summary.to_string(index=False))
+    b_over_a = geomean(wide["B"] / wide["A"])
+    print(f"B over A, measured (geomean over {len(wide)} tasks): {b_over_a:.3f}")
+    md = [f"# Model A/B on `{args.suite}`: {args.name}", "",
+          f"Command: `.venv/bin/python bench/model_ab.py {shlex.join(sys.argv[1:])}`  ",
+          f"Date {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine_stamp()['cpu_model']}, "
+          f"load {load_before:.2f} before / {load1():.2f} after; divisor per task "
+          f"{df.slowdown.min():.2f}-{df.slowdown.max():.2f}x.", "",
+          f"Plans of `{DEFAULT_SEARCHER}` under each model and TorchRec's plan, measured in one call per task "
+          f"({args.rounds} rounds x {args.visits} visits, turns by visit): real FBGEMM CPU kernel times, comm "
+          f"from the comm model. {len(with_tr)} tasks TorchRec plans. B over A, measured: **{b_over_a:.3f}** "
+          f"(geomean over {len(wide)} tasks).", "",
+          summary.to_markdown(index=False, floatfmt=".3f"), "",
+          wide.join(imb, rsuffix=" imbalance").to_markdown(floatfmt=".3f"), ""]
+    write_text_atomic(args.out / f"model-ab-{args.name}.md", "\n".join(md))
+    print(f"wrote {args.out / f'model-ab-{args.name}.md'}")
+
+
+if __name__ == "__main__":
+    main()
