@@ -10,7 +10,7 @@ from shardplan.cost.kernel import time_specs
 from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile
 from shardplan.cost.specs import ShardSpec, specs_from_json
-from shardplan.cost.train import metrics
+from shardplan.cost.train import GROUP_SPLIT, is_holdout, metrics
 from shardplan.domain import Table
 from shardplan.errors import InputError
 
@@ -130,6 +130,17 @@ def test_train_round_trip_on_a_tiny_collected_sample(tmp_path):
     assert (tmp_path / "reference.json").exists() and (tmp_path / "compute-model-report.md").exists()
     f, b = model.predict([specs_from_json(df.shards.iloc[0])])
     assert f[0] > 0 and b[0] > 0
+
+    # the same sets as plan groups (levels off by one factor per group): learnt, held out by group
+    groups = df[["shards", "fwd_ms", "bwd_ms"]].assign(group=[f"g{i // 5}" for i in range(len(df))],
+                                                       seed=7, sample=[i // 5 for i in range(len(df))])
+    groups[["fwd_ms", "bwd_ms"]] *= 2.0
+    groups.to_parquet(tmp_path / "compute-plan-groups.parquet")
+    meta = train_and_report(prof, epochs=3, data_dir=tmp_path, progress=False)
+    held = {i // 5 for i in range(len(df)) if is_holdout(7, i // 5)}
+    assert meta["train_group_tasks"] + meta["holdout_group_tasks"] == 6 == meta["train_group_tasks"] + len(held)
+    assert (GROUP_SPLIT in meta["evaluation"]) == bool(held)
+    assert "compute-plan-groups.parquet" in meta["trained_on"]
 
 
 def test_slowdown_divides_out_drift():

@@ -117,17 +117,17 @@ class NeuralCostModel:
         shard of another set added to each set; where that lowers the prediction, the squared
         log drop, times ``monotone_weight``, is added to the loss.
 
-        ``groups`` (one int per set, -1 for none) marks sets whose times are known only relative
-        to the other sets of their group: the ranks of one task's plans timed together, whose
-        shared divisor sets the group's level but not the ratios within it. Their loss is the
-        squared log error less its group mean (each step takes whole groups, about a batch of
-        sets), times ``group_weight``; the absolute loss skips them.
-
         Why: a fused kernel never gets faster for doing more work, but a free-form set model
         can learn otherwise off its training distribution, and a searcher finds such spots.
         (The model before this penalty priced a 134-lookup-per-sample table at 20.8 ms alone
         and at 7.4 ms with two tiny data-parallel replicas beside it; both measure ~15 ms.)
         Adding shards from other sets also mixes batch sizes, as data-parallel replicas do.
+
+        ``groups`` (one int per set, -1 for none) marks sets whose times are known only relative
+        to the other sets of their group: the ranks of one task's plans timed together, whose
+        shared divisor sets the group's level but not the ratios within it. Their loss is the
+        squared log error less its group mean (each step also takes whole groups, so that every
+        group comes once an epoch), times ``group_weight``; the absolute loss skips them.
         """
         if len(sets) != len(fwd_ms) or len(sets) != len(bwd_ms):
             raise InputError("fit", "sets, fwd_ms and bwd_ms must have the same length")

@@ -128,6 +128,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         group_counts = (len(gtr), len(gte), int(gdf.loc[gtr, "group"].nunique()), int(gdf.loc[gte, "group"].nunique()))
 
     models = {
+        # grouped ranks are the same population as the plan ranks, and weigh as much
         "neural": NeuralCostModel(profile=profile.name, epochs=epochs, seed=seed, group_weight=RANK_SAMPLE_WEIGHT),
         "roofline (TorchRec form)": RooflineCostModel(),
         "gbm (hand features)": GBMCostModel(seed=seed),
@@ -151,7 +152,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     for split, (s, f, b) in splits.items():
         evals[split] = {"n": len(s), "num_shards": [min(map(len, s)), max(map(len, s))],
                         "models": {name: metrics(*m.predict(s), f, b) for name, m in models.items()}}
-    if group_split is not None:
+    if group_split is not None and len(group_split[0]):
         s, f, b, gid = group_split
         evals[GROUP_SPLIT] = {"n": len(s), "num_shards": [min(map(len, s)), max(map(len, s))],
                               "models": {name: metrics(*level_matched(*m.predict(s), f, b, gid), f, b)
