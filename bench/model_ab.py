@@ -85,7 +85,7 @@ def main() -> None:
           f"from the comm model. {len(with_tr)} tasks TorchRec plans. B over A, measured: **{b_over_a:.3f}** "
           f"(geomean over {len(wide)} tasks).", "",
           summary.to_markdown(index=False, floatfmt=".3f"), "",
-          wide.join(imb, rsuffix=" imbalance").to_markdown(floatfmt=".3f"), ""]
+          wide.join(imb.add_suffix(" imbalance")).to_markdown(floatfmt=".3f"), ""]
     write_text_atomic(args.out / f"model-ab-{args.name}.md", "\n".join(md))
     print(f"wrote {args.out / f'model-ab-{args.name}.md'}")
 
