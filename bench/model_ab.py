@@ -21,20 +21,16 @@ import shlex
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1, machine_stamp
 from shardplan.errors import InputError
+from shardplan.execute.bench import geomean_vs
 from shardplan.execute.measure import measure_plans
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import DEFAULT_SEARCHER, get_searcher
-
-
-def geomean(x: pd.Series) -> float:
-    return float(np.exp(np.log(x.astype(float)).mean()))
 
 
 def main() -> None:
@@ -67,13 +63,14 @@ def main() -> None:
     df.to_csv(args.out / f"model-ab-{args.name}.csv", index=False)
     wide = df.pivot(index="task", columns="plan", values="measured_ms")
     imb = df.pivot(index="task", columns="plan", values="imbalance")
-    with_tr = wide.dropna(subset=["torchrec"]) if "torchrec" in wide else wide.iloc[:0]
+    by_plan = df.rename(columns={"plan": "searcher"})  # the bench's geometric means, with the plans as searchers
+    vs_torchrec = geomean_vs(by_plan, "torchrec").set_index("searcher")
     summary = pd.DataFrame([{
         "model": k, "file": getattr(args, k.lower()),
-        "measured / TorchRec (geomean)": geomean(with_tr[k] / with_tr["torchrec"]) if len(with_tr) else float("nan"),
+        "measured / TorchRec (geomean)": vs_torchrec.loc[k, "geomean_vs_torchrec"],
         "balanced (max/mean <= 1.10)": f"{int((imb[k] <= 1.10).sum())} of {len(imb)}"} for k in ("A", "B")])
     print(summary.to_string(index=False))
-    b_over_a = geomean(wide["B"] / wide["A"])
+    b_over_a = geomean_vs(by_plan, "A").set_index("searcher").loc["B", "geomean_vs_A"]
     print(f"B over A, measured (geomean over {len(wide)} tasks): {b_over_a:.3f}")
     md = [f"# Model A/B on `{args.suite}`: {args.name}", "",
           f"Command: `.venv/bin/python bench/model_ab.py {shlex.join(sys.argv[1:])}`  ",
@@ -82,7 +79,7 @@ def main() -> None:
           f"{df.slowdown.min():.2f}-{df.slowdown.max():.2f}x.", "",
           f"Plans of `{DEFAULT_SEARCHER}` under each model and TorchRec's plan, measured in one call per task "
           f"({args.rounds} rounds x {args.visits} visits, turns by visit): real FBGEMM CPU kernel times, comm "
-          f"from the comm model. {len(with_tr)} tasks TorchRec plans. B over A, measured: **{b_over_a:.3f}** "
+          f"from the comm model. {vs_torchrec.loc['torchrec', 'tasks_planned']} tasks TorchRec plans. B over A, measured: **{b_over_a:.3f}** "
           f"(geomean over {len(wide)} tasks).", "",
           summary.to_markdown(index=False, floatfmt=".3f"), "",
           wide.join(imb.add_suffix(" imbalance")).to_markdown(floatfmt=".3f"), ""]

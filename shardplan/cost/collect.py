@@ -103,6 +103,11 @@ def quiet_reference_ms(profile: Profile) -> float:
     return reference_ms(profile) or min(time_reference(profile.device) for _ in range(5))
 
 
+def spec_columns(specs: list[ShardSpec]) -> dict[str, object]:
+    """The columns by which every cost-data row names its shard set."""
+    return {"num_shards": len(specs), "batch_size": max(s.batch_size for s in specs), "shards": specs_to_json(specs)}
+
+
 def timed_row(specs: list[ShardSpec], optimizer: str, dtype: str, profile: Profile, id_seed: int,
               warmup: int, repeats: int, quiet_ms: float,
               slow_limit: float = QUIET_TOLERANCE) -> dict[str, object]:
@@ -114,8 +119,7 @@ def timed_row(specs: list[ShardSpec], optimizer: str, dtype: str, profile: Profi
     b = time_specs_bracketed(specs, optimizer, dtype, profile.device, id_seed, warmup, repeats,
                              quiet_ms=quiet_ms, max_attempts=COLLECT_ATTEMPTS, slow_limit=slow_limit)
     t = b.timing
-    return {"num_shards": len(specs), "batch_size": max(s.batch_size for s in specs),
-            "shards": specs_to_json(specs), "id_seed": id_seed, "fwd_ms": t.fwd_ms, "bwd_ms": t.bwd_ms,
+    return {**spec_columns(specs), "id_seed": id_seed, "fwd_ms": t.fwd_ms, "bwd_ms": t.bwd_ms,
             "fwd_samples_ms": list(t.fwd_samples_ms), "bwd_samples_ms": list(t.bwd_samples_ms),
             "warmup": warmup, "repeats": repeats, "ref_before_ms": b.ref_before_ms, "ref_after_ms": b.ref_after_ms,
             "attempts": b.attempts, "quiet_ms": quiet_ms, "slow_limit": slow_limit,

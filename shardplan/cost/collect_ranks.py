@@ -35,12 +35,12 @@ from tqdm import tqdm
 
 from ..errors import InputError
 from ..formats import load_task
-from .collect import _stamp, append_rows, quiet_reference_ms, timed_row
+from .collect import _stamp, append_rows, quiet_reference_ms, spec_columns, timed_row
 from .estimator import PlanEstimator
 from .fitness import wait_until_fit
 from .kernel import MEASURE_SLOW_LIMIT, QUIET_TOLERANCE
 from .profiles import Profile
-from .specs import rank_specs, specs_to_json
+from .specs import rank_specs
 
 RANKS_SEED = 7  # the `seed` column of plan-rank rows (random samples use the collector's seeds)
 
@@ -136,8 +136,7 @@ def collect_plan_groups(profile: Profile, task_paths: list[Path], searchers: lis
                 rc = cost.per_rank[rank]
                 rows.append({"seed": RANKS_SEED, "sample": task_sample(task.name), "source": "plan-group",
                              "group": task.name, "task": task.name, "searcher": searcher, "rank": rank,
-                             "num_shards": len(specs), "batch_size": max(s.batch_size for s in specs),
-                             "shards": specs_to_json(specs), "fwd_ms": rc.fwd_compute_ms,
+                             **spec_columns(specs), "fwd_ms": rc.fwd_compute_ms,
                              "bwd_ms": rc.bwd_compute_ms, "slowdown": cost.extra["slowdown"],
                              "rounds_ms": cost.extra["rounds_compute_ms_per_rank"][rank],
                              "protocol": cost.extra["compute"], "rounds": rounds, "visits": visits,

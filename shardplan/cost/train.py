@@ -115,16 +115,15 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     groups_path = data_dir / "compute-plan-groups.parquet"
     group_split = None
     if groups_path.exists():  # a task's plans timed together: their ratios, not their level, are labels
-        gdf = pd.read_parquet(groups_path)
-        gsets = [specs_from_json(x) for x in gdf["shards"]]
+        gsets, gf, gb, gdf = load_sets(groups_path)  # already divided, by one slowdown per task
         gid = gdf["group"].astype("category").cat.codes.to_numpy()
         ghold = np.array([is_holdout(s, i) for s, i in zip(gdf["seed"], gdf["sample"])])
         gtr, gte = np.flatnonzero(~ghold), np.flatnonzero(ghold)
         train_sets = train_sets + pick(gtr, gsets)
-        train_f = np.concatenate([train_f, gdf["fwd_ms"].to_numpy()[gtr]])
-        train_b = np.concatenate([train_b, gdf["bwd_ms"].to_numpy()[gtr]])
+        train_f = np.concatenate([train_f, gf[gtr]])
+        train_b = np.concatenate([train_b, gb[gtr]])
         groups = np.concatenate([groups, gid[gtr]])
-        group_split = (pick(gte, gsets), gdf["fwd_ms"].to_numpy()[gte], gdf["bwd_ms"].to_numpy()[gte], gid[gte])
+        group_split = (pick(gte, gsets), gf[gte], gb[gte], gid[gte])
         group_counts = (len(gtr), len(gte), int(gdf.loc[gtr, "group"].nunique()), int(gdf.loc[gte, "group"].nunique()))
 
     models = {
