@@ -72,8 +72,8 @@ def _cmd_collect_ranks(args: argparse.Namespace) -> int:
 
         out = Path(args.out) if args.out else profile.dir / "compute-plan-groups.parquet"
         df = collect_plan_groups(profile, paths, args.searchers.split(","), _estimator(args), out,
-                                 rounds=args.rounds, visits=args.visits)
-        print(f"{out}: {len(df)} rank samples of {df['group'].nunique() if len(df) else 0} tasks")
+                                 rounds=args.rounds, visits=args.visits, round_=args.round)
+        print(f"{out}: {len(df)} rank samples in {df['group'].nunique() if len(df) else 0} task groups")
         return 0
     out = Path(args.out) if args.out else profile.dir / "compute-ranks.parquet"
     df = collect_plan_ranks(profile, paths, args.searchers.split(","), _estimator(args), out, round_=args.round,

@@ -247,6 +247,12 @@ def test_visits_take_turns_over_ranks_built_once_per_round(monkeypatch, plan_dic
     assert m.per_rank[1].fwd_compute_ms == pytest.approx(float(np.median([20.0 + i for i in range(k)])) / 2)
     assert "3 visits" in m.extra["compute"]
 
+    calls.clear()  # a longer warm-up opens every visit but the first
+    measure.measure_plans([plan], rounds=1, visits=3, visit_warmup=2)
+    assert calls == [(0, 3, k), (1, 3, k), (0, 2, k), (1, 2, k), (0, 2, k), (1, 2, k)]
+    with pytest.raises(InputError, match="visit_warmup"):
+        measure.measure_plans([plan], visits=3, visit_warmup=-1)
+
     monkeypatch.setattr(measure, "available_memory_gb", lambda: 1e-6)
     with pytest.raises(InputError, match="visits"):
         measure.measure_plans([plan], visits=2)

@@ -316,3 +316,8 @@ def test_plan_group_collector_times_a_tasks_plans_together_and_resumes(tmp_path,
     again = collect_ranks.collect_plan_groups(get_profile("cpu-2c"), [path], searchers, estimator, out,
                                               rounds=1, visits=2)
     assert len(again) == len(df)
+    # A later round times the task again as a group of its own, with its own divisor.
+    later = collect_ranks.collect_plan_groups(get_profile("cpu-2c"), [path], ["greedy-dim"], estimator, out,
+                                              rounds=1, visits=2, round_=1)
+    assert len(later) > len(df) and set(later.group) == {"tiny", "tiny@1"}
+    assert set(later[later.group == "tiny@1"].searcher) == {"greedy-dim"} and (later["round"] >= 0).all()

@@ -98,8 +98,8 @@ def collect_plan_ranks(profile: Profile, task_paths: list[Path], searchers: list
 
 
 def collect_plan_groups(profile: Profile, task_paths: list[Path], searchers: list[str], estimator: PlanEstimator,
-                        out: Path, rounds: int = 2, visits: int = 4) -> pd.DataFrame:
-    """Time the plans of every task not yet in ``out`` together, as the bench measures them.
+                        out: Path, rounds: int = 2, visits: int = 4, round_: int = 0) -> pd.DataFrame:
+    """Time the plans of every task not yet in ``out`` for this ``round_`` together, as the bench measures them.
 
     A task's plans (one per searcher) go to :func:`shardplan.execute.measure.measure_plans` in one
     call: their ranks take turns visit by visit and every figure shares one divisor, so the ratio of
@@ -109,17 +109,23 @@ def collect_plan_groups(profile: Profile, task_paths: list[Path], searchers: lis
     the task) are therefore for within-task relative timing: ``fwd_ms``/``bwd_ms`` are already
     divided by the call's ``slowdown``; there is no per-row reference. One task per call; resumable
     by task (a task that no searcher can plan leaves no row, and is planned again on a resume).
+
+    A later ``round_`` (new plans, e.g. by a retrained model or other searchers) times the task again
+    as a group of its own, ``<task>@<round>``: its divisor is not the earlier group's.
     """
     from ..execute.measure import measure_plans
     from ..search import get_searcher
 
     existing = pd.read_parquet(out) if out.exists() else pd.DataFrame()
+    if len(existing) and "round" not in existing:
+        existing["round"] = 0
     done = set(existing["group"]) if len(existing) else set()
     stamp = _stamp(profile, "sgd", "fp32")
     out.parent.mkdir(parents=True, exist_ok=True)
-    for path in tqdm(task_paths, desc=f"collect plan groups [{profile.name}]"):
+    for path in tqdm(task_paths, desc=f"collect plan groups [{profile.name}, round {round_}]"):
         task = load_task(path)
-        if task.name in done:
+        group = task.name if round_ == 0 else f"{task.name}@{round_}"
+        if group in done:
             continue
         plans = []
         for searcher in searchers:
@@ -135,7 +141,8 @@ def collect_plan_groups(profile: Profile, task_paths: list[Path], searchers: lis
                     continue
                 rc = cost.per_rank[rank]
                 rows.append({"seed": RANKS_SEED, "sample": task_sample(task.name), "source": "plan-group",
-                             "group": task.name, "task": task.name, "searcher": searcher, "rank": rank,
+                             "group": group, "task": task.name, "searcher": searcher, "rank": rank,
+                             "round": round_,
                              **spec_columns(specs), "fwd_ms": rc.fwd_compute_ms,
                              "bwd_ms": rc.bwd_compute_ms, "slowdown": cost.extra["slowdown"],
                              "rounds_ms": cost.extra["rounds_compute_ms_per_rank"][rank],

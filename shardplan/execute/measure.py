@@ -79,8 +79,8 @@ class _RankJob:
     dtype: str
 
 
-def _time_round(jobs: list[_RankJob], profile: Profile, with_reference: bool,
-                visits: int) -> tuple[list[tuple[float, float]], list[float]]:
+def _time_round(jobs: list[_RankJob], profile: Profile, with_reference: bool, visits: int,
+                visit_warmup: int = VISIT_WARMUP) -> tuple[list[tuple[float, float]], list[float]]:
     """One round over ``jobs`` (one plan's ranks, or several plans' taking turns visit by visit):
     raw (fwd_ms, bwd_ms) per job, each the median of every iteration of its visits, and the
     reference's readings taken around every visit (none without ``with_reference``). Each rank is
@@ -102,7 +102,7 @@ def _time_round(jobs: list[_RankJob], profile: Profile, with_reference: bool,
         schedule = [(profile.warmup, profile.repeats)]
     else:  # the first visit warms each freshly built op up fully; later ones restore its cache state
         k = _visit_repeats(profile, visits)
-        schedule = [(profile.warmup, k)] + [(VISIT_WARMUP, k)] * (visits - 1)
+        schedule = [(profile.warmup, k)] + [(visit_warmup, k)] * (visits - 1)
     for warmup, repeats in schedule:
         for j, job in enumerate(jobs):
             if not job.specs:
@@ -136,19 +136,21 @@ def _plans_take_turns_by_visit(plans: list[Plan], visits: int) -> bool:
 
 
 def measure_plans(plans: list[Plan], profile_name: str = "cpu-2c", rounds: int = 1,
-                  visits: int = 1) -> list[PlanCost]:
+                  visits: int = 1, visit_warmup: int = VISIT_WARMUP) -> list[PlanCost]:
     """Measured cost of each plan (compute timed, comm from the comm model), interleaved.
 
     ``visits > 1`` visits each rank that many times per round, taking turns with the other ranks
     (the profile's repeats spread over the visits): with the plan's own ranks, and with every rank
     of every plan of the call where they fit in memory together. The ranks then see the same moments
-    of a drifting machine, and each rank's figure averages over more of them. Every figure of the
-    call is divided by one slowdown: the median of every reference reading it took.
+    of a drifting machine, and each rank's figure averages over more of them. ``visit_warmup``
+    iterations, untimed, open every visit but a rank's first in a round. Every figure of the call
+    is divided by one slowdown: the median of every reference reading it took.
     """
     if not plans:
         return []
-    if visits < 1 or rounds < 1:
-        raise InputError("rounds" if rounds < 1 else "visits", "must be at least 1")
+    if visits < 1 or rounds < 1 or visit_warmup < 0:
+        raise InputError("rounds" if rounds < 1 else "visits" if visits < 1 else "visit_warmup",
+                         "must be at least 1 (visit_warmup: at least 0)")
     profile = get_profile(profile_name)
     profile.use_threads()
     nominal = reference_ms(profile)
@@ -165,7 +167,7 @@ def measure_plans(plans: list[Plan], profile_name: str = "cpu-2c", rounds: int =
         order = order[rnd % len(order):] + order[: rnd % len(order)]
         groups = [[j for i in order for j in jobs[i]]] if together else [jobs[i] for i in order]
         for group in groups:
-            per_job, refs = _time_round(group, profile, bool(nominal), visits)
+            per_job, refs = _time_round(group, profile, bool(nominal), visits, visit_warmup)
             for job, x in zip(group, per_job):
                 raw[job.plan][job.rank].append(x)
             readings += refs
@@ -177,7 +179,7 @@ def measure_plans(plans: list[Plan], profile_name: str = "cpu-2c", rounds: int =
     else:
         others = "the ranks of every plan of the call" if together else "the plan's other ranks"
         protocol = (f"median of {visits} visits x {_visit_repeats(profile, visits)} iterations, taken in "
-                    f"turn with {others} (warm-up {profile.warmup} before the first visit, {VISIT_WARMUP} "
+                    f"turn with {others} (warm-up {profile.warmup} before the first visit, {visit_warmup} "
                     "before the others)")
     divided = (f"divided by one slowdown for the whole call, {factor:.3f}x: the median of its "
                f"{len(readings)} readings of the reference against quiet ({nominal:.3f} ms)" if nominal
