@@ -62,8 +62,7 @@ def main() -> None:
                          "pred_fwd_ms": rc.fwd_compute_ms, "pred_bwd_ms": rc.bwd_compute_ms,
                          "meas_fwd_ms": m.fwd_compute_ms, "meas_bwd_ms": m.bwd_compute_ms,
                          "reference_slowdown": measured.extra["slowdown"],
-                         "fit_label_ratio": fitness.label_ratio if fitness else float("nan"),
-                         "fit_reference": fitness.reference_slowdown if fitness else float("nan")})
+                         **(fitness.columns() if fitness else {})})
     df = pd.DataFrame(rows)
     df["pred_ms"] = df.pred_fwd_ms + df.pred_bwd_ms
     df["meas_ms"] = df.meas_fwd_ms + df.meas_bwd_ms

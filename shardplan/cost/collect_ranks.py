@@ -22,7 +22,7 @@ anyway; ``wait_fit_s > 0`` gates on the fitness probe instead
 within ``LABEL_TOLERANCE``, waiting up to ``wait_fit_s`` for that) and then
 accepts a steady slowdown up to ``kernel.MEASURE_SLOW_LIMIT``, as the probe
 does. Each row records the gate it passed (``slow_limit``, and the
-probe's ``fit_label_ratio`` / ``fit_reference``).
+probe's ``fit_label_ratio`` / ``fit_reference`` / ``fit_tilt``).
 """
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def collect_plan_ranks(profile: Profile, task_paths: list[Path], searchers: list
             if wait_fit_s > 0:
                 fitness = wait_until_fit(profile, wait_fit_s)
                 if fitness is not None:  # a profile with no stored ranks yet has nothing to probe with
-                    gate = {"fit_label_ratio": fitness.label_ratio, "fit_reference": fitness.reference_slowdown}
+                    gate = fitness.columns()
             slow_limit = MEASURE_SLOW_LIMIT if gate else QUIET_TOLERANCE
             for rank, specs in enumerate(rank_specs(plan)):
                 if not specs:

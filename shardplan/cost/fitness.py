@@ -17,6 +17,15 @@ included; the reference itself need only stay within the plan measurements'
 ``MEASURE_SLOW_LIMIT`` (on 2026-11-21 evening the labels came back within
 1.10x with the reference at 1.5-1.9x, and 1.29x with it at 1.29x).
 
+A busy neighbour does not slow every rank alike, though. On 2026-11-22, with
+the reference at 3.9x quiet, stored ranks of 1.5-5 ms re-timed (divided alike)
+at 0.66x their labels, 4-12 ms ones at 0.53x and 20-45 ms ones at 0.38x: the
+short ranks, whose data sit in the shared cache on a quiet host, lose the most.
+Such a machine measures a plan's small ranks too slow against its big ones,
+whatever the level. So the probe also re-times a few long stored ranks, and
+its ``tilt`` (their ratio over the short ones') must be within
+:data:`TILT_TOLERANCE` of 1 too.
+
 ``shardplan bench --wait-fit MINUTES`` probes before every task and waits for
 a fit machine; every results file records the probe.
 """
@@ -26,6 +35,7 @@ import statistics
 import time
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -40,6 +50,9 @@ from .specs import ShardSpec, specs_from_json
 PROBE_RANKS = 6  # 3-7 s on cpu-2c: cheap enough to run before every bench task
 PROBE_LABEL_MS = (4.0, 12.0)  # ranks of the size the benches measure, not dominated by fixed overheads
 LABEL_TOLERANCE = 1.10  # median divided re-timing over label must lie within [1/1.10, 1.10]
+TILT_RANKS = 3  # long ranks, against which the short ones' slowdown is compared
+TILT_LABEL_MS = (20.0, 45.0)
+TILT_TOLERANCE = 1.10  # long ranks' median ratio over the short ones' must lie within [1/1.10, 1.10]
 POLL_S = 30.0  # between probes while waiting
 LATENCY_BOUND_SHARE = 0.1  # the top decile of lookups per ms counts as memory-latency bound
 
@@ -47,20 +60,34 @@ LATENCY_BOUND_SHARE = 0.1  # the top decile of lookups per ms counts as memory-l
 @dataclass(frozen=True)
 class Fitness:
     """One probe: ``label_ratio`` is the median of re-timed (divided) over stored fwd+bwd ms;
-    ``reference_slowdown`` the median reference slowdown around the re-timings."""
+    ``reference_slowdown`` the median reference slowdown around the re-timings; ``tilt`` the long
+    ranks' median ratio over the short ones' (``None``: not probed, as in results written before)."""
 
     label_ratio: float
     reference_slowdown: float
+    tilt: float | None = None
 
     @property
     def fit(self) -> bool:
         # The labels decide. The reference only has to stay where plan measurements accept it
         # (a steady slowdown up to MEASURE_SLOW_LIMIT divides out; the probe checks that it does).
         return (1 / LABEL_TOLERANCE <= self.label_ratio <= LABEL_TOLERANCE
+                and (self.tilt is None or 1 / TILT_TOLERANCE <= self.tilt <= TILT_TOLERANCE)
                 and self.reference_slowdown <= MEASURE_SLOW_LIMIT)
 
+    def columns(self) -> dict[str, float]:
+        """The probe as results-file columns (``fit_*``)."""
+        return {"fit_label_ratio": self.label_ratio, "fit_reference": self.reference_slowdown,
+                "fit_tilt": float("nan") if self.tilt is None else self.tilt}
+
+    @classmethod
+    def from_columns(cls, row: Any) -> "Fitness":
+        tilt = getattr(row, "fit_tilt", None)
+        return cls(row.fit_label_ratio, row.fit_reference, None if tilt is None or tilt != tilt else tilt)
+
     def describe(self) -> str:
-        return (f"stored ranks re-timed at {self.label_ratio:.2f}x their labels, reference "
+        tilt = f", long ranks at {self.tilt:.2f}x the short ones' ratio" if self.tilt is not None else ""
+        return (f"stored ranks re-timed at {self.label_ratio:.2f}x their labels{tilt}, reference "
                 f"{self.reference_slowdown:.2f}x quiet ({'fit' if self.fit else 'unfit'} to measure)")
 
 
@@ -73,19 +100,33 @@ class _ProbeRank:
     label_ms: float  # stored fwd+bwd, divided by its own slowdown
 
 
-@lru_cache(maxsize=4)
-def probe_ranks(profile: Profile, n: int = PROBE_RANKS, seed: int = 0) -> tuple[_ProbeRank, ...]:
-    """A fixed, seeded choice of ``n`` stored plan ranks (empty if the profile has none): half from the
-    most memory-latency-bound decile, half from the rest."""
+def _labelled_ranks(profile: Profile) -> pd.DataFrame:
+    """The profile's stored plan ranks timed under the quiet gate, with ``label`` (fwd+bwd ms over
+    their own slowdown); empty where the profile has none or no quiet reference."""
     path = profile.dir / "compute-ranks.parquet"
     quiet = reference_ms(profile)
     if not path.exists() or not quiet:
-        return ()
+        return pd.DataFrame()
     df = pd.read_parquet(path)
     df = df[df.source == "plan-rank"].copy()
     if "slow_limit" in df:  # only labels taken under the quiet gate (not those the probe itself let in)
         df = df[df.slow_limit.isna() | (df.slow_limit <= QUIET_TOLERANCE)]
     df["label"] = (df.fwd_ms + df.bwd_ms) / slowdown(df.ref_before_ms, df.ref_after_ms, quiet)
+    return df
+
+
+def _as_probe_ranks(pick: pd.DataFrame) -> tuple[_ProbeRank, ...]:
+    return tuple(_ProbeRank(tuple(specs_from_json(r["shards"])), str(r["optimizer"]), str(r["dtype"]),
+                            row_id_seed(r), float(r["label"])) for _, r in pick.iterrows())
+
+
+@lru_cache(maxsize=4)
+def probe_ranks(profile: Profile, n: int = PROBE_RANKS, seed: int = 0) -> tuple[_ProbeRank, ...]:
+    """A fixed, seeded choice of ``n`` stored plan ranks (empty if the profile has none): half from the
+    most memory-latency-bound decile, half from the rest."""
+    df = _labelled_ranks(profile)
+    if df.empty:
+        return ()
     lo, hi = PROBE_LABEL_MS
     pool = df[(df.label >= lo) & (df.label <= hi)].copy()
     # Half the probe from the ranks doing the most lookups per ms (small dims, many rows, low skew:
@@ -94,10 +135,19 @@ def probe_ranks(profile: Profile, n: int = PROBE_RANKS, seed: int = 0) -> tuple[
     pool["intensity"] = [_lookups(specs_from_json(s)) for s in pool["shards"]] / pool["label"]
     heavy = pool.intensity >= pool.intensity.quantile(1 - LATENCY_BOUND_SHARE)
     k = min(n // 2, int(heavy.sum()))
-    pick = pd.concat([pool[heavy].sample(k, random_state=seed),
-                      pool[~heavy].sample(min(n - k, int((~heavy).sum())), random_state=seed)])
-    return tuple(_ProbeRank(tuple(specs_from_json(r["shards"])), str(r["optimizer"]), str(r["dtype"]),
-                            row_id_seed(r), float(r["label"])) for _, r in pick.iterrows())
+    return _as_probe_ranks(pd.concat([pool[heavy].sample(k, random_state=seed),
+                                      pool[~heavy].sample(min(n - k, int((~heavy).sum())), random_state=seed)]))
+
+
+@lru_cache(maxsize=4)
+def tilt_ranks(profile: Profile, n: int = TILT_RANKS, seed: int = 0) -> tuple[_ProbeRank, ...]:
+    """A fixed, seeded choice of ``n`` long stored plan ranks (labels in :data:`TILT_LABEL_MS`)."""
+    df = _labelled_ranks(profile)
+    if df.empty:
+        return ()
+    lo, hi = TILT_LABEL_MS
+    pool = df[(df.label >= lo) & (df.label <= hi)]
+    return _as_probe_ranks(pool.sample(min(n, len(pool)), random_state=seed))
 
 
 def _lookups(specs: list[ShardSpec]) -> float:
@@ -107,21 +157,27 @@ def _lookups(specs: list[ShardSpec]) -> float:
 
 def probe(profile: Profile) -> Fitness | None:
     """Time the probe ranks now; ``None`` where the profile has no stored ranks or quiet reference."""
-    ranks, quiet = probe_ranks(profile), reference_ms(profile)
+    ranks, long_ranks, quiet = probe_ranks(profile), tilt_ranks(profile), reference_ms(profile)
     if not ranks or not quiet:
         return None
     profile.use_threads()
-    ratios, readings = [], []
-    for r in ranks:
+    readings: list[float] = []
+
+    def retimed(r: _ProbeRank) -> float:  # raw re-timing over label
         b = time_specs_bracketed(list(r.specs), r.optimizer, r.dtype, profile.device, r.id_seed,
                                  profile.warmup, profile.repeats)  # one attempt: the probe must see disturbance
-        ratios.append((b.timing.fwd_ms + b.timing.bwd_ms) / r.label_ms)
-        readings += [b.ref_before_ms, b.ref_after_ms]
+        readings.extend([b.ref_before_ms, b.ref_after_ms])
+        return (b.timing.fwd_ms + b.timing.bwd_ms) / r.label_ms
+
+    # The median ratio in log space (with 6, the geometric mean of the middle two): symmetric in
+    # fast and slow.
+    middle = lambda xs: float(np.exp(statistics.median(np.log(xs))))  # noqa: E731
+    short = middle([retimed(r) for r in ranks])
+    tilt = middle([retimed(r) for r in long_ranks]) / short if long_ranks else None
     # Divided once, by the median of all readings, as plan measurements are (execute/measure.py: the
-    # reference reads bursts the ranks do not share). The median ratio in log space (with 6, the
-    # geometric mean of the middle two): symmetric in fast and slow.
+    # reference reads bursts the ranks do not share); the tilt is a ratio of ratios, free of it.
     factor = statistics.median(readings) / quiet
-    return Fitness(float(np.exp(statistics.median(np.log(ratios)))) / factor, factor)
+    return Fitness(short / factor, factor, tilt)
 
 
 def wait_until_fit(profile: Profile, max_wait_s: float, poll_s: float = POLL_S) -> Fitness | None:

@@ -29,7 +29,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from ..cost.estimator import PlanEstimator
-from ..cost.fitness import LABEL_TOLERANCE, Fitness, wait_until_fit
+from ..cost.fitness import LABEL_TOLERANCE, TILT_TOLERANCE, Fitness, wait_until_fit
 from ..cost.kernel import MEASURE_SLOW_LIMIT, QUIET_TOLERANCE
 from ..cost.profiles import get_profile, load1, machine_stamp
 from ..domain import Plan, Task
@@ -120,7 +120,7 @@ def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profi
         task_rows, _ = bench_task(task, searchers, estimator, profile, rounds, seed, visits)
         if fitness is not None:
             for row in task_rows:
-                row.update(fit_label_ratio=fitness.label_ratio, fit_reference=fitness.reference_slowdown)
+                row.update(fitness.columns())
         rows += task_rows
         write_text_atomic(partial, pd.DataFrame(rows).to_csv(index=False))
     df = pd.DataFrame(rows)
@@ -192,8 +192,9 @@ def _all_slowdowns(df: pd.DataFrame) -> list[float]:
 def probes_by_task(df: pd.DataFrame) -> list[Fitness]:
     if "fit_label_ratio" not in df:
         return []
-    first = df.groupby("task")[["fit_label_ratio", "fit_reference"]].first().dropna()
-    return [Fitness(r.fit_label_ratio, r.fit_reference) for r in first.itertuples()]
+    cols = [c for c in ("fit_label_ratio", "fit_reference", "fit_tilt") if c in df]
+    first = df.groupby("task")[cols].first().dropna(subset=["fit_label_ratio", "fit_reference"])
+    return [Fitness.from_columns(r) for r in first.itertuples()]
 
 
 def machine_state_line(slowdowns: list[float], probes: list[Fitness] = ()) -> str:
@@ -212,8 +213,14 @@ def machine_state_line(slowdowns: list[float], probes: list[Fitness] = ()) -> st
             f"cost data is only collected under {QUIET_TOLERANCE}x.")
     if probes:
         ratios = [f.label_ratio for f in probes]
+        tilt_rule = f", long ranks' ratio within {TILT_TOLERANCE}x of the short ones'" if any(
+            f.tilt is not None for f in probes) else ""
         line += (f" Stored cost labels re-timed before each task came out at {np.median(ratios):.2f}x "
                  f"(median; {min(ratios):.2f}-{max(ratios):.2f}x); {sum(f.fit for f in probes)} of "
                  f"{len(probes)} tasks were measured on a fit machine (labels within {LABEL_TOLERANCE}x, "
-                 f"reference within {MEASURE_SLOW_LIMIT}x).")
+                 f"reference within {MEASURE_SLOW_LIMIT}x{tilt_rule}).")
+        tilts = [f.tilt for f in probes if f.tilt is not None]
+        if tilts:
+            line += (f" Long stored ranks re-timed at {np.median(tilts):.2f}x the short ones' ratio "
+                     f"(median; {min(tilts):.2f}-{max(tilts):.2f}x; 1.00: every size slowed alike).")
     return line
