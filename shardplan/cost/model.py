@@ -295,7 +295,8 @@ class NeuralCostModel:
                 raise ValueError(f"format is {state.get('format')!r}, expected {MODEL_FORMAT!r}")
             if state["feature_names"] != list(FEATURE_NAMES):
                 raise ValueError("its features differ from this shardplan version's")
-            model = cls(profile=state["profile"], **state["hyper"])
+            # files written before group_tilt existed were trained without it
+            model = cls(profile=state["profile"], **{"group_tilt": False, **state["hyper"]})
             model.mean = np.asarray(state["mean"], dtype=np.float32)
             model.std = np.asarray(state["std"], dtype=np.float32)
             model.net = _SetNet(len(FEATURE_NAMES), model.hidden, model.code)
