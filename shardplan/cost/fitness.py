@@ -21,7 +21,9 @@ A busy neighbour does not slow every rank alike, though. On 2026-11-22, with
 the reference at 3.9x quiet, stored ranks of 1.5-5 ms re-timed (divided alike)
 at 0.66x their labels, 4-12 ms ones at 0.53x and 20-45 ms ones at 0.38x: the
 short ranks, whose data sit in the shared cache on a quiet host, lose the most.
-Such a machine measures a plan's small ranks too slow against its big ones,
+Nor is it only a matter of level: at 10:10 UTC that day, with the reference at
+1.1-1.3x, every probe still found the long ranks at 0.71-0.83x the short ones'
+ratio. Such a machine measures a plan's small ranks too slow against its big ones,
 whatever the level. So the probe also re-times a few long stored ranks, and
 its ``tilt`` (their ratio over the short ones') must be within
 :data:`TILT_TOLERANCE` of 1 too.
