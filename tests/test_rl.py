@@ -98,3 +98,15 @@ def test_split_step_cuts_only_hot_tables(estimator, task_dict) -> None:
         assert (kind, k) == (("cw", most) if most >= 2 else ("tw", 1))
     env = PlacementEnv(task, estimator, hot_share=1e-6)
     assert len(env.units) > len(PlacementEnv(task, estimator).units)
+
+
+def test_env_keeps_only_rank_choices_after_which_the_rest_still_packs(estimator, task_dict) -> None:
+    """When memory is tight, a rank with room now is masked if the later units would then fit nowhere."""
+    env = PlacementEnv(load_task(task_dict), estimator)
+    env.cap, env.need = 1.0, np.array([0.5, 0.5, 0.6, 0.4])
+    env.mem = np.array([0.5, 0.0])  # unit 0 went to rank 0
+    assert env._tight(1)
+    assert env._rest_packs(1, 0)  # [1.0, 0.0], then 0.6 and 0.4 share rank 1
+    assert not env._rest_packs(1, 1)  # [0.5, 0.5]: 0.6 fits nowhere
+    env.need = np.array([0.5, 0.1, 0.1, 0.1])
+    assert not env._tight(1)  # plenty left: no look-ahead

@@ -72,6 +72,10 @@ class PlacementEnv:
         after = self.placer.model.combine(self.code_sum + self.codes[i], self.time_sum + self.times[i],
                                           self.count + 1).sum(axis=1)
         mask = self.mem + self.need[i] <= self.cap
+        if mask.any() and self._tight(i):  # keep only ranks after which the rest still packs
+            safe = np.array([m and self._rest_packs(i, r) for r, m in enumerate(mask)])
+            if safe.any():
+                mask = safe
         if not mask.any():  # earlier steps packed badly: let it overflow the emptiest rank, and penalise
             self.overflowed = True
             mask = self.mem == self.mem.min()
@@ -84,6 +88,24 @@ class PlacementEnv:
             np.full(self.world, self.need[i] / self.cap), np.full(self.world, i / n)], axis=1)
         self._after = after
         return feats.astype(np.float32), mask
+
+    def _tight(self, i: int) -> bool:
+        """Whether the units from ``i`` on need over half the memory left: only then can a free choice
+        of rank now leave a later unit nowhere to go (on 2026-11-22 every plan of a retrained policy
+        overflowed on ``cpu-bench-06`` for want of this check)."""
+        return float(self.need[i:].sum()) > 0.5 * float((self.cap - self.mem).clip(min=0).sum())
+
+    def _rest_packs(self, i: int, rank: int) -> bool:
+        """Whether, with unit ``i`` on ``rank``, the later units fit by best-fit decreasing."""
+        mem = self.mem.copy()
+        mem[rank] += self.need[i]
+        for need in sorted(self.need[i + 1:], reverse=True):
+            free = self.cap - mem - need
+            fits = np.flatnonzero(free >= 0)
+            if not len(fits):
+                return False
+            mem[fits[np.argmin(free[fits])]] += need
+        return True
 
     def step(self, rank: int) -> None:
         i = self.step_index
