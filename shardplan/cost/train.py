@@ -62,7 +62,7 @@ def is_holdout(seed: int, sample: int) -> bool:
     return int.from_bytes(h[:4], "little") / 2**32 >= 1.0 - HOLDOUT_FRACTION
 
 
-GROUP_SPLIT = "holdout plan groups (each task's plans timed together; level matched per task)"
+GROUP_SPLIT = "holdout plan groups (each task's plans timed together; level matched per group)"
 
 
 def level_matched(pred_f: np.ndarray, pred_b: np.ndarray, fwd: np.ndarray, bwd: np.ndarray,
@@ -124,7 +124,9 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         train_b = np.concatenate([train_b, gb[gtr]])
         groups = np.concatenate([groups, gid[gtr]])
         group_split = (pick(gte, gsets), gf[gte], gb[gte], gid[gte])
-        group_counts = (len(gtr), len(gte), int(gdf.loc[gtr, "group"].nunique()), int(gdf.loc[gte, "group"].nunique()))
+        # a task (seed, sample) can be timed in several rounds, each a group of its own: count tasks
+        task_of = gdf["seed"].astype(str) + ":" + gdf["sample"].astype(str)
+        group_counts = (len(gtr), len(gte), int(task_of[gtr].nunique()), int(task_of[gte].nunique()))
 
     models = {
         # grouped ranks are the same population as the plan ranks, and weigh as much
@@ -132,12 +134,14 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         "roofline (TorchRec form)": RooflineCostModel(),
         "gbm (hand features)": GBMCostModel(seed=seed),
     }
+    # the baselines learn levels only: grouped sets, whose level is not a label, are left out
+    absolute = np.flatnonzero(groups < 0)
+    absolute_split = (pick(absolute, train_sets), train_f[absolute], train_b[absolute])
     for name, m in models.items():
         if isinstance(m, NeuralCostModel):
             m.fit(train_sets, train_f, train_b, progress=progress, groups=groups)
-        else:  # the baselines learn levels only: grouped sets, whose level is not a label, are left out
-            absolute = np.flatnonzero(groups < 0)
-            m.fit(pick(absolute, train_sets), train_f[absolute], train_b[absolute])
+        else:
+            m.fit(*absolute_split)
 
     evals: dict[str, dict[str, Any]] = {}
     splits = {"holdout": (pick(te), fwd[te], bwd[te]),
@@ -202,9 +206,10 @@ def report_markdown(meta: dict[str, Any]) -> str:
                 f"tasks (each counted {meta['rank_sample_weight']} times); the ranks of "
                 f"{meta['holdout_rank_tasks']} other tasks are held out." if "train_rank_samples" in meta else "")
              + (f" Plus {meta['train_group_samples']} ranks of {meta['train_group_tasks']} tasks whose plans "
-                "were timed together, learnt for their ratios within a task only (their level rides on "
-                f"one divisor per task); {meta['holdout_group_tasks']} tasks' are held out and scored "
-                "after matching each task's level." if "train_group_samples" in meta else ""),
+                "were timed together, learnt for their ratios within a group only (a group is a task's "
+                "plans timed in one call, per round; its level rides on that call's divisor); "
+                f"{meta['holdout_group_tasks']} tasks' are held out and scored after matching each group's "
+                "level." if "train_group_samples" in meta else ""),
              "All targets are measured kernel times; every figure below compares a model's "
              "prediction with them. Labels: " + meta["labels"] + ". The raw-label split shows the same "
              "held-out sets against the undivided times.", ""]
