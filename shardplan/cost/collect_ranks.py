@@ -49,6 +49,15 @@ def task_sample(task_name: str) -> int:
     return zlib.crc32(task_name.encode()) & 0x7FFFFFFF
 
 
+def _existing(out: Path) -> pd.DataFrame:
+    """The rows already in ``out`` (none if it does not exist); files written before rounds were
+    recorded are round 0."""
+    existing = pd.read_parquet(out) if out.exists() else pd.DataFrame()
+    if len(existing) and "round" not in existing:
+        existing["round"] = 0
+    return existing
+
+
 def collect_plan_ranks(profile: Profile, task_paths: list[Path], searchers: list[str], estimator: PlanEstimator,
                        out: Path, optimizer: str = "sgd", round_: int = 0,
                        wait_fit_s: float = 0.0) -> pd.DataFrame:
@@ -59,9 +68,7 @@ def collect_plan_ranks(profile: Profile, task_paths: list[Path], searchers: list
     from ..search import get_searcher
 
     profile.use_threads()
-    existing = pd.read_parquet(out) if out.exists() else pd.DataFrame()
-    if len(existing) and "round" not in existing:
-        existing["round"] = 0
+    existing = _existing(out)
     done = set(zip(existing["task"], existing["searcher"], existing["round"])) if len(existing) else set()
     todo = [(p, s) for p in task_paths for s in searchers]
     stamp = _stamp(profile, optimizer, "fp32")
@@ -116,9 +123,7 @@ def collect_plan_groups(profile: Profile, task_paths: list[Path], searchers: lis
     from ..execute.measure import measure_plans
     from ..search import get_searcher
 
-    existing = pd.read_parquet(out) if out.exists() else pd.DataFrame()
-    if len(existing) and "round" not in existing:
-        existing["round"] = 0
+    existing = _existing(out)
     done = set(existing["group"]) if len(existing) else set()
     stamp = _stamp(profile, "sgd", "fp32")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -90,9 +90,9 @@ class PlacementEnv:
         return feats.astype(np.float32), mask
 
     def _tight(self, i: int) -> bool:
-        """Whether the units from ``i`` on need over half the memory left: only then can a free choice
-        of rank now leave a later unit nowhere to go (on 2026-11-22 every plan of a retrained policy
-        overflowed on ``cpu-bench-06`` for want of this check)."""
+        """Whether the units from ``i`` on need over half the memory left: the cheap gate for the
+        look-ahead, which is where a free choice of rank now tends to leave a later unit nowhere to go
+        (on 2026-11-22 every plan of a retrained policy overflowed on ``cpu-bench-06`` without it)."""
         return float(self.need[i:].sum()) > 0.5 * float((self.cap - self.mem).clip(min=0).sum())
 
     def _rest_packs(self, i: int, rank: int) -> bool:
