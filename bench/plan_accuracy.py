@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import hashlib
 import shlex
 import sys
 from pathlib import Path
@@ -21,12 +22,20 @@ from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import get_profile, load1, machine_stamp
+from shardplan.cost.specs import ShardSpec, rank_specs, specs_to_json
 from shardplan.errors import InfeasibleError
 from shardplan.execute.bench import machine_state_line, probes_by_task
 from shardplan.cost.fitness import wait_until_fit
 from shardplan.execute.measure import measure_plan
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import get_searcher
+
+
+def rank_signature(specs: list[ShardSpec]) -> str:
+    """A short fingerprint of a rank's shards (order-free), so that later runs can tell whether they
+    measured the same plan (``bench/plan_accuracy_runs.py`` pools runs of the same plans)."""
+    ordered = sorted(specs, key=lambda s: (s.table, s.row_offset, s.rows, s.cols, s.batch_size))
+    return hashlib.sha1(specs_to_json(ordered).encode()).hexdigest()[:12]
 
 
 def main() -> None:
@@ -54,11 +63,12 @@ def main() -> None:
             continue
         fitness = wait_until_fit(get_profile(args.profile), 60 * args.wait_fit)
         measured = measure_plan(plan, args.profile, rounds=args.rounds, visits=args.visits)
-        for r, (rc, m) in enumerate(zip(plan.cost.per_rank, measured.per_rank)):
+        for r, (rc, m, specs) in enumerate(zip(plan.cost.per_rank, measured.per_rank, rank_specs(plan))):
             if m.compute_ms == 0:
                 continue
             rows.append({"task": task.name, "rank": r, "tables": len(task.tables),
                          "shards": sum(1 for t in plan.tables for s in t.shards if s.rank == r),
+                         "rank_signature": rank_signature(specs),
                          "pred_fwd_ms": rc.fwd_compute_ms, "pred_bwd_ms": rc.bwd_compute_ms,
                          "meas_fwd_ms": m.fwd_compute_ms, "meas_bwd_ms": m.bwd_compute_ms,
                          "reference_slowdown": measured.extra["slowdown"],

@@ -1,0 +1,175 @@
+"""The model against many independent measurements of the same plans, and those measurements against each other.
+
+``bench/plan_accuracy.py`` measures the TorchRec plans of a suite once per
+run, on a shared VM whose speed drifts, and scores the model against that one
+run. A single run cannot tell the model's error from the instrument's. But the
+same plans have been measured many times: every committed version of the
+suite's plan-accuracy CSVs is an independent run (another hour, another host
+state). This script gathers them (from git history, or files given), keeps
+the runs whose plans are still the plans the searcher makes today (each
+rank's shard signature, or, for runs written before signatures, its shard
+count), and reports
+
+- per run: its level against the other runs (median ratio), how far its ranks
+  lie from the other runs' consensus (median |difference|, share beyond the
+  tolerance), and the model's MAPE against that run alone;
+- the model against the consensus of all runs (per rank, the median over runs
+  in log space): MAPE, median, share within the tolerance, worst;
+- per rank: predicted, consensus, the range and spread over runs.
+
+When the runs disagree with each other about as much as the model disagrees
+with them, no single run can show the model any closer. Measured figures are
+the runs' (real FBGEMM CPU kernels, each divided by its run's reference
+slowdown); predicted ones are the committed neural model's, recomputed now.
+Writes ``bench/results/plan-accuracy-runs-<profile>-<suite>.{md,csv}``.
+
+    .venv/bin/python bench/plan_accuracy_runs.py --suite data/tasks/unseen-a
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import io
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from shardplan.cost.estimator import load_estimator
+from shardplan.cost.specs import rank_specs
+from shardplan.errors import InfeasibleError
+from shardplan.formats import load_task, write_text_atomic
+from shardplan.search import get_searcher
+from plan_accuracy import rank_signature  # a sibling script: bench/ is on sys.path when run
+
+TOLERANCE = 0.15  # issue 2's bar: predicted per-rank compute within 15% of measurement
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], check=True, capture_output=True, text=True).stdout
+
+
+# The first commit whose measurements keep freed memory in-process, as the cost data was taken; runs
+# before it page-faulted inside the timed region (1.2-1.8x on a 24-table rank): another protocol.
+FIRST_RUN = "1bddba8"
+
+
+def committed_runs(pattern: str, since: str = FIRST_RUN) -> dict[str, pd.DataFrame]:
+    """Every committed version of the files matching ``pattern`` (a git pathspec glob) from commit
+    ``since`` on, oldest first, named ``<commit>:<path>``; versions whose measurements repeat an
+    earlier one are dropped."""
+    runs: dict[str, pd.DataFrame] = {}
+    seen: set[tuple] = set()
+    for commit in reversed(_git("log", "--format=%h", f"{since}^..HEAD", "--", pattern).split()):
+        for path in _git("show", "--name-only", "--format=", commit, "--", pattern).split():
+            try:
+                df = pd.read_csv(io.StringIO(_git("show", f"{commit}:{path}")))
+            except subprocess.CalledProcessError:  # deleted in that commit
+                continue
+            key = tuple(np.round(df.meas_ms, 4))
+            if key not in seen:
+                seen.add(key)
+                runs[f"{commit}:{path}"] = df
+    return runs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--suite", default="data/tasks/unseen-a")
+    ap.add_argument("--profile", default="cpu-2c")
+    ap.add_argument("--searcher", default="torchrec")
+    ap.add_argument("--runs", nargs="*", help="plan-accuracy CSVs (default: every committed version of "
+                    "bench/results/plan-accuracy-PROFILE-SUITE*.csv)")
+    ap.add_argument("--since", default=FIRST_RUN, help="with committed runs: the first commit to read")
+    ap.add_argument("--out", default="bench/results")
+    args = ap.parse_args()
+    suite = Path(args.suite).name
+    runs = ({p: pd.read_csv(p) for p in args.runs} if args.runs
+            else committed_runs(f"bench/results/plan-accuracy-{args.profile}-{suite}*.csv", args.since))
+
+    est = load_estimator(args.profile)
+    searcher = get_searcher(args.searcher)
+    pred: dict[tuple[str, int], float] = {}
+    shards: dict[tuple[str, int], int] = {}
+    signature: dict[tuple[str, int], str] = {}
+    for path in sorted(Path(args.suite).glob("*.json")):
+        task = load_task(path)
+        try:
+            plan = searcher.plan(task, est)
+        except InfeasibleError:
+            continue
+        for r, specs in enumerate(rank_specs(plan)):
+            if specs:
+                (f, b), = est.rank_compute([specs])
+                key = (task.name, r)
+                pred[key], shards[key], signature[key] = f + b, len(specs), rank_signature(specs)
+
+    kept, dropped = {}, []
+    for name, df in runs.items():
+        keys = list(zip(df.task, df["rank"]))
+        same = (all(signature.get(k) == s for k, s in zip(keys, df.rank_signature)) if "rank_signature" in df
+                else all(shards.get(k) == n for k, n in zip(keys, df.shards)))
+        if same and set(keys) == set(pred):
+            kept[name] = df.set_index(["task", "rank"]).meas_ms
+        else:
+            dropped.append(name)
+    if len(kept) < 2:
+        sys.exit(f"need at least two runs of today's {args.searcher} plans, found {len(kept)} "
+                 f"(dropped as other plans: {dropped})")
+    meas = pd.DataFrame(kept)
+    logm = np.log(meas)
+    consensus = np.exp(logm.median(axis=1))
+    predicted = pd.Series(pred).reindex(meas.index)
+
+    def score(err: pd.Series) -> dict[str, float]:
+        a = err.abs()
+        return {"mape": a.mean(), "median": a.median(), "within": (a <= TOLERANCE).mean(), "worst": a.max()}
+
+    per_run = []
+    for name in meas:
+        others = np.exp(logm.drop(columns=name).median(axis=1))
+        gap = meas[name] / others - 1
+        model = score(predicted / meas[name] - 1)
+        per_run.append({"run": name, "level": float(np.exp(np.log(meas[name] / others).median())),
+                        "gap_median": gap.abs().median(), "beyond": (gap.abs() > TOLERANCE).mean(),
+                        "model_mape": model["mape"], "model_within": model["within"]})
+    overall = score(predicted / consensus - 1)
+
+    table = pd.DataFrame({"predicted_ms": predicted, "consensus_ms": consensus,
+                          "error": predicted / consensus - 1, "min_ms": meas.min(axis=1), "max_ms": meas.max(axis=1),
+                          "run_spread": np.exp(logm.std(axis=1)) - 1,
+                          "runs_within": (np.abs(meas.div(consensus, axis=0) - 1) <= TOLERANCE).mean(axis=1)})
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"plan-accuracy-runs-{args.profile}-{suite}"
+    pd.concat([table, meas], axis=1).to_csv(out / f"{stem}.csv")
+
+    pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
+    md = [f"# The model against {len(meas.columns)} independent runs of the {args.searcher} plans of `{args.suite}`", "",
+          f"Command: `.venv/bin/python bench/plan_accuracy_runs.py {shlex.join(sys.argv[1:])}`  ",
+          f"Date {dt.date.today()}. Measured: each run's figures (real FBGEMM CPU kernels, divided by the run's "
+          f"reference slowdown; protocol and machine state in each run's own `.md`). Predicted: the committed "
+          f"neural `{args.profile}` model, recomputed now. Consensus: per rank, the median over runs (log space). "
+          f"Runs dropped because their plans differ from today's: {len(dropped)}.", "",
+          f"**Model vs consensus** ({len(meas)} ranks): MAPE {pct(overall['mape'])}, median {pct(overall['median'])}, "
+          f"within {TOLERANCE:.0%}: {pct(overall['within'])} of ranks, worst {pct(overall['worst'])}.", "",
+          "Each run against the consensus of the others, and the model against that run alone:", "",
+          "| run | level vs others | median gap to others | ranks beyond 15% | model MAPE vs run | model within 15% |",
+          "| --- | --- | --- | --- | --- | --- |"]
+    md += [f"| `{r['run']}` | {r['level']:.3f} | {pct(r['gap_median'])} | {pct(r['beyond'])} | "
+           f"{pct(r['model_mape'])} | {pct(r['model_within'])} |" for r in per_run]
+    md += ["", "Per rank (`runs within 15%`: the share of runs within 15% of the consensus):", "",
+           "| task | rank | predicted ms | consensus ms | error | runs' range ms | runs' spread | runs within 15% |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    md += [f"| {t} | {r} | {x.predicted_ms:.2f} | {x.consensus_ms:.2f} | {x.error * 100:+.1f}% | "
+           f"{x.min_ms:.2f}-{x.max_ms:.2f} | {pct(x.run_spread)} | {pct(x.runs_within)} |"
+           for (t, r), x in table.iterrows()]
+    write_text_atomic(out / f"{stem}.md", "\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main()
