@@ -94,7 +94,9 @@ class Fitness:
 
 
 @dataclass(frozen=True)
-class _ProbeRank:
+class StoredRank:
+    """A stored plan rank with its quiet-host label, ready to be timed again with the ids it was timed with."""
+
     specs: tuple[ShardSpec, ...]
     optimizer: str
     dtype: str
@@ -102,7 +104,7 @@ class _ProbeRank:
     label_ms: float  # stored fwd+bwd, divided by its own slowdown
 
 
-def _labelled_ranks(profile: Profile) -> pd.DataFrame:
+def labelled_ranks(profile: Profile) -> pd.DataFrame:
     """The profile's stored plan ranks timed under the quiet gate, with ``label`` (fwd+bwd ms over
     their own slowdown); empty where the profile has none or no quiet reference."""
     path = profile.dir / "compute-ranks.parquet"
@@ -117,16 +119,17 @@ def _labelled_ranks(profile: Profile) -> pd.DataFrame:
     return df
 
 
-def _as_probe_ranks(pick: pd.DataFrame) -> tuple[_ProbeRank, ...]:
-    return tuple(_ProbeRank(tuple(specs_from_json(r["shards"])), str(r["optimizer"]), str(r["dtype"]),
+def as_stored_ranks(pick: pd.DataFrame) -> tuple[StoredRank, ...]:
+    """Rows of :func:`labelled_ranks` as :class:`StoredRank` s."""
+    return tuple(StoredRank(tuple(specs_from_json(r["shards"])), str(r["optimizer"]), str(r["dtype"]),
                             row_id_seed(r), float(r["label"])) for _, r in pick.iterrows())
 
 
 @lru_cache(maxsize=4)
-def probe_ranks(profile: Profile, n: int = PROBE_RANKS, seed: int = 0) -> tuple[_ProbeRank, ...]:
+def probe_ranks(profile: Profile, n: int = PROBE_RANKS, seed: int = 0) -> tuple[StoredRank, ...]:
     """A fixed, seeded choice of ``n`` stored plan ranks (empty if the profile has none): half from the
     most memory-latency-bound decile, half from the rest."""
-    df = _labelled_ranks(profile)
+    df = labelled_ranks(profile)
     if df.empty:
         return ()
     lo, hi = PROBE_LABEL_MS
@@ -137,19 +140,19 @@ def probe_ranks(profile: Profile, n: int = PROBE_RANKS, seed: int = 0) -> tuple[
     pool["intensity"] = [_lookups(specs_from_json(s)) for s in pool["shards"]] / pool["label"]
     heavy = pool.intensity >= pool.intensity.quantile(1 - LATENCY_BOUND_SHARE)
     k = min(n // 2, int(heavy.sum()))
-    return _as_probe_ranks(pd.concat([pool[heavy].sample(k, random_state=seed),
+    return as_stored_ranks(pd.concat([pool[heavy].sample(k, random_state=seed),
                                       pool[~heavy].sample(min(n - k, int((~heavy).sum())), random_state=seed)]))
 
 
 @lru_cache(maxsize=4)
-def tilt_ranks(profile: Profile, n: int = TILT_RANKS, seed: int = 0) -> tuple[_ProbeRank, ...]:
+def tilt_ranks(profile: Profile, n: int = TILT_RANKS, seed: int = 0) -> tuple[StoredRank, ...]:
     """A fixed, seeded choice of ``n`` long stored plan ranks (labels in :data:`TILT_LABEL_MS`)."""
-    df = _labelled_ranks(profile)
+    df = labelled_ranks(profile)
     if df.empty:
         return ()
     lo, hi = TILT_LABEL_MS
     pool = df[(df.label >= lo) & (df.label <= hi)]
-    return _as_probe_ranks(pool.sample(min(n, len(pool)), random_state=seed))
+    return as_stored_ranks(pool.sample(min(n, len(pool)), random_state=seed))
 
 
 def _lookups(specs: list[ShardSpec]) -> float:
@@ -165,7 +168,7 @@ def probe(profile: Profile) -> Fitness | None:
     profile.use_threads()
     readings: list[float] = []
 
-    def retimed(r: _ProbeRank) -> float:  # raw re-timing over label
+    def retimed(r: StoredRank) -> float:  # raw re-timing over label
         b = time_specs_bracketed(list(r.specs), r.optimizer, r.dtype, profile.device, r.id_seed,
                                  profile.warmup, profile.repeats)  # one attempt: the probe must see disturbance
         readings.extend([b.ref_before_ms, b.ref_after_ms])

@@ -1,0 +1,159 @@
+"""Measuring a rank on a disturbed host against labelled ranks like it.
+
+Plan measurements divide by the slowdown of one small reference workload.
+On this shared VM a busy neighbour does not slow every rank alike: short,
+memory-latency-bound ranks lose the most, long ones the least
+(:mod:`shardplan.cost.fitness`), so one divisor is wrong for most ranks. On
+2026-11-22 (reference at 1.2-3x quiet), stored ranks re-timed and divided by
+the reference came out 20-32% (mean) from their labels.
+
+Neighbour calibration asks the cost labels instead. The profile's stored plan
+ranks were timed on the quiet host (``compute-ranks.parquet``, quiet gate);
+for a rank to be measured, the ``k`` stored ranks most like it in quiet-host
+time and in bytes held are timed beside it, in turn, and the rank's raw time
+is divided by their raw-over-label ratio (geometric mean). Its quiet-host time is not
+known in advance, so it is first estimated by dividing by the reference, and
+after the first pass by the neighbours' own factor; when that estimate moves
+the neighbour set, the rank is timed again beside the new set (at most
+``passes`` times). Neither the cost model nor the rank's prediction is
+consulted: the figure is a measurement, expressed on the labels' host.
+
+It costs ``(k + 1) x visits x passes`` timings a rank, so it is for accuracy
+checks (``bench/plan_accuracy.py --calibrate``), not for benches.
+``bench/neighbour_calibration.py`` checks the instrument itself on stored
+ranks whose labels are known.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from .fitness import StoredRank, as_stored_ranks, labelled_ranks
+from .kernel import RankOp, time_reference
+from .profiles import Profile, reference_ms
+from .specs import ShardSpec, specs_from_json
+
+NEIGHBOURS = 6  # a few more than 4 averages out single labels (each ~3% from a re-timing) and drift
+VISITS = 3
+PASSES = 2
+LABEL_RANGE_MS = (1.0, 50.0)  # the stored ranks used as neighbours (outside it the pool is thin)
+
+
+@dataclass(frozen=True)
+class LabelledPool:
+    """The profile's quiet-gated stored plan ranks with the features neighbours are chosen by."""
+
+    ranks: tuple[StoredRank, ...]
+    tasks: tuple[str, ...]
+    features: np.ndarray  # [n, 2]: log label ms, log bytes held; standardised below
+    scale: np.ndarray  # [2]: the pool's standard deviation of each feature
+
+
+def weight_bytes(specs: list[ShardSpec]) -> float:
+    return float(sum(s.rows * s.cols * 4 for s in specs))
+
+
+@lru_cache(maxsize=4)
+def labelled_pool(profile: Profile) -> LabelledPool:
+    df = labelled_ranks(profile)
+    if df.empty:
+        return LabelledPool((), (), np.zeros((0, 2)), np.ones(2))
+    lo, hi = LABEL_RANGE_MS
+    df = df[(df.label >= lo) & (df.label <= hi)].reset_index(drop=True)
+    feats = np.column_stack([np.log(df.label), np.log([weight_bytes(specs_from_json(s)) for s in df.shards])])
+    return LabelledPool(as_stored_ranks(df), tuple(df.task.astype(str)), feats, feats.std(axis=0) + 1e-9)
+
+
+def nearest(pool: LabelledPool, quiet_ms: float, bytes_held: float, k: int = NEIGHBOURS,
+            exclude_task: str | None = None) -> tuple[int, ...]:
+    """Indices of ``k`` pooled ranks near a rank of that quiet-host time and size (standardised distance),
+    half of them shorter than it and half longer where the pool has them, leaving out the ranks of
+    ``exclude_task`` (a rank never calibrates against its own task).
+
+    Why both sides: the host's slowdown runs with rank length, so neighbours all on one side of the
+    rank would carry a factor for a shorter (or longer) rank than it.
+    """
+    log_ms = np.log(quiet_ms)
+    d = (pool.features - [log_ms, np.log(max(bytes_held, 1.0))]) / pool.scale
+    dist = np.sqrt((d ** 2).sum(axis=1))
+    if exclude_task is not None:
+        dist[np.array(pool.tasks) == exclude_task] = np.inf
+    order = np.argsort(dist, kind="stable")
+    order = order[np.isfinite(dist[order])]
+    shorter = order[pool.features[order, 0] < log_ms]
+    longer = order[pool.features[order, 0] >= log_ms]
+    below = min(len(shorter), max(k // 2, k - len(longer)))
+    picked = list(shorter[:below]) + list(longer[:k - below])
+    return tuple(int(i) for i in sorted(picked, key=lambda i: dist[i]))
+
+
+@dataclass(frozen=True)
+class CalibratedTiming:
+    """A rank's raw fwd/bwd ms, the reference's slowdown around it, and the neighbours' factor."""
+
+    raw_fwd_ms: float
+    raw_bwd_ms: float
+    reference_slowdown: float
+    factor: float  # geometric mean over the neighbours of raw / label (fwd+bwd)
+    neighbours: tuple[int, ...]
+    passes: int
+
+    @property
+    def fwd_ms(self) -> float:
+        return self.raw_fwd_ms / self.factor
+
+    @property
+    def bwd_ms(self) -> float:
+        return self.raw_bwd_ms / self.factor
+
+    @property
+    def reference_divided_ms(self) -> float:
+        return (self.raw_fwd_ms + self.raw_bwd_ms) / self.reference_slowdown
+
+
+def calibrated_timing(specs: list[ShardSpec], optimizer: str, dtype: str, id_seed: int, profile: Profile,
+                      k: int = NEIGHBOURS, visits: int = VISITS, passes: int = PASSES,
+                      exclude_task: str | None = None) -> CalibratedTiming:
+    """Time ``specs`` beside their labelled neighbours and divide by the neighbours' raw-over-label ratio
+    (module docstring). Raises ``ValueError`` where the profile has no labelled ranks."""
+    pool = labelled_pool(profile)
+    quiet = reference_ms(profile)
+    if not pool.ranks or not quiet:
+        raise ValueError(f"profile {profile.name!r} has no quiet-gated stored ranks to calibrate against")
+    profile.use_threads()
+    held = weight_bytes(specs)
+    target = RankOp(specs, optimizer, dtype, profile.device, id_seed)
+    refs = [time_reference(profile.device)]
+    first = target.run(profile.warmup, profile.repeats)  # also warms the rank up for the passes
+    refs.append(time_reference(profile.device))
+    estimate = (first.fwd_ms + first.bwd_ms) / (statistics.median(refs) / quiet)
+    repeats = max(2, -(-profile.repeats // visits))  # the profile's repeats, spread over the visits
+    chosen: tuple[int, ...] = ()
+    done = 0
+    while done < passes:
+        picked = nearest(pool, estimate, held, k, exclude_task)
+        if picked == chosen:  # the estimate settled
+            break
+        chosen, done = picked, done + 1
+        ops = {i: RankOp(list(pool.ranks[i].specs), pool.ranks[i].optimizer, pool.ranks[i].dtype,
+                         profile.device, pool.ranks[i].id_seed) for i in chosen}
+        own: list[tuple[float, float]] = []
+        theirs: dict[int, list[float]] = {i: [] for i in chosen}
+        for v in range(visits):  # the rank and its neighbours in turn, so drift hits them alike
+            t = target.run(1, repeats)
+            own.extend(zip(t.fwd_samples_ms, t.bwd_samples_ms))
+            for i, op in ops.items():
+                t = op.run(profile.warmup if v == 0 else 1, repeats)
+                theirs[i].extend(f + b for f, b in zip(t.fwd_samples_ms, t.bwd_samples_ms))
+            refs.append(time_reference(profile.device))
+        del ops  # free the neighbours' tables before the next pass builds others
+        raw_f = statistics.median(f for f, _ in own)
+        raw_b = statistics.median(b for _, b in own)
+        # geometric mean over the neighbours: on 2026-11-22 the median of 4 (the middle two) was the noisier
+        factor = float(np.exp(np.mean([np.log(statistics.median(theirs[i]) / pool.ranks[i].label_ms)
+                                       for i in chosen])))
+        estimate = (raw_f + raw_b) / factor
+    return CalibratedTiming(raw_f, raw_b, statistics.median(refs) / quiet, factor, chosen, done)

@@ -1,0 +1,81 @@
+"""Neighbour calibration (shardplan.cost.calibration) on a fake kernel with a known, tilted host."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shardplan.cost import calibration
+from shardplan.cost.kernel import KernelTiming
+from shardplan.cost.profiles import get_profile, reference_ms
+
+REFERENCE_SLOWDOWN = 3.0
+
+
+def tilted(label_ms: float) -> float:
+    """A busy host: the reference 3x slow, short ranks slowed most, long ones least (2x at 1 ms, 1.3x at 45)."""
+    return 2.0 * label_ms ** -0.113
+
+
+@pytest.fixture
+def fake_host(monkeypatch):
+    """Every stored rank runs at its label times the tilt; calls are counted."""
+    prof = get_profile("cpu-2c")
+    pool = calibration.labelled_pool(prof)
+    label = {r.specs: r.label_ms for r in pool.ranks}
+    built: list[tuple] = []
+
+    class FakeOp:
+        def __init__(self, specs, *args):
+            self.ms = label[tuple(specs)] * tilted(label[tuple(specs)])
+            built.append(tuple(specs))
+
+        def run(self, warmup, repeats):
+            samples = (self.ms / 2,) * repeats
+            return KernelTiming(self.ms / 2, self.ms / 2, samples, samples)
+
+    monkeypatch.setattr(calibration, "RankOp", FakeOp)
+    monkeypatch.setattr(calibration, "time_reference", lambda device="cpu": reference_ms(prof) * REFERENCE_SLOWDOWN)
+    return prof, pool, built
+
+
+def test_neighbours_give_back_the_label_where_the_reference_cannot(fake_host):
+    prof, pool, built = fake_host
+    by_size = np.argsort(pool.features[:, 0])
+    for target in (int(by_size[len(by_size) // 10]), int(by_size[9 * len(by_size) // 10])):  # short, long
+        r = pool.ranks[target]
+        c = calibration.calibrated_timing(list(r.specs), r.optimizer, r.dtype, r.id_seed, prof,
+                                          exclude_task=pool.tasks[target])
+        assert (c.fwd_ms + c.bwd_ms) == pytest.approx(r.label_ms, rel=0.06)
+        # one divisor for every rank is off by the tilt: about 1.6x too low for a 2 ms rank, 2.2x for 30 ms
+        assert abs(c.reference_divided_ms / r.label_ms - 1) > 0.3
+        assert len(c.neighbours) == calibration.NEIGHBOURS and target not in c.neighbours
+        assert all(pool.tasks[i] != pool.tasks[target] for i in c.neighbours)
+        assert 1 <= c.passes <= calibration.PASSES
+
+
+def test_a_second_pass_follows_the_estimate_to_ranks_of_the_right_size(fake_host):
+    """The reference-divided first guess of a long rank is far too short; the neighbours' factor moves it,
+    so the second pass times ranks near the rank's true size."""
+    prof, pool, built = fake_host
+    target = int(np.argsort(pool.features[:, 0])[9 * len(pool.ranks) // 10])
+    r = pool.ranks[target]
+    c = calibration.calibrated_timing(list(r.specs), r.optimizer, r.dtype, r.id_seed, prof,
+                                      exclude_task=pool.tasks[target])
+    assert c.passes == 2
+    first_guess = r.label_ms * tilted(r.label_ms) / REFERENCE_SLOWDOWN
+    final = np.exp(pool.features[list(c.neighbours), 0])
+    assert np.all(np.abs(np.log(final / r.label_ms)) < np.abs(np.log(first_guess / r.label_ms)))
+    assert len(built) == 1 + 2 * calibration.NEIGHBOURS  # the rank once, two neighbour sets
+
+
+def test_nearest_leaves_out_the_excluded_task_and_is_deterministic():
+    pool = calibration.labelled_pool(get_profile("cpu-2c"))
+    task = pool.tasks[0]
+    a = calibration.nearest(pool, 10.0, 1e8, 5, exclude_task=task)
+    assert a == calibration.nearest(pool, 10.0, 1e8, 5, exclude_task=task)
+    assert len(a) == 5 and all(pool.tasks[i] != task for i in a)
+    near = np.exp(pool.features[list(a), 0])
+    assert np.all((near > 3.0) & (near < 30.0))  # ranks of about that size
+    assert (near < 10.0).sum() == 2 and (near >= 10.0).sum() == 3  # from both sides
+    edge = np.exp(pool.features[list(calibration.nearest(pool, 1e4, 1e8, 4)), 0])
+    assert len(edge) == 4  # past the pool's longest rank, all from the one side there is
