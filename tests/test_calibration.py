@@ -79,3 +79,19 @@ def test_nearest_leaves_out_the_excluded_task_and_is_deterministic():
     assert (near < 10.0).sum() == 2 and (near >= 10.0).sum() == 3  # from both sides
     edge = np.exp(pool.features[list(calibration.nearest(pool, 1e4, 1e8, 4)), 0])
     assert len(edge) == 4  # past the pool's longest rank, all from the one side there is
+
+
+def test_neighbours_that_outgrow_memory_are_timed_in_turns(fake_host, monkeypatch):
+    """With room for about one neighbour at a time, each is built and visited beside the rank alone, and
+    the figure is the same (the fake host has no drift)."""
+    prof, pool, built = fake_host
+    target = int(np.argsort(pool.features[:, 0])[len(pool.ranks) // 2])
+    r = pool.ranks[target]
+    roomy = calibration.calibrated_timing(list(r.specs), r.optimizer, r.dtype, r.id_seed, prof)
+    biggest = max(calibration.weight_bytes(list(pool.ranks[i].specs)) for i in roomy.neighbours)
+    monkeypatch.setattr(calibration, "available_memory_gb", lambda: biggest * 1.1 / calibration.MEMORY_SHARE / 1e9)
+    batches = calibration._fitting_batches(pool, roomy.neighbours)
+    assert len(batches) > 1 and sorted(sum(batches, ())) == sorted(roomy.neighbours)
+    tight = calibration.calibrated_timing(list(r.specs), r.optimizer, r.dtype, r.id_seed, prof)
+    assert tight.neighbours == roomy.neighbours
+    assert tight.fwd_ms + tight.bwd_ms == pytest.approx(roomy.fwd_ms + roomy.bwd_ms)

@@ -4,8 +4,8 @@ Plan measurements divide by the slowdown of one small reference workload.
 On this shared VM a busy neighbour does not slow every rank alike: short,
 memory-latency-bound ranks lose the most, long ones the least
 (:mod:`shardplan.cost.fitness`), so one divisor is wrong for most ranks. On
-2026-11-22 (reference at 1.2-3x quiet), stored ranks re-timed and divided by
-the reference came out 20-32% (mean) from their labels.
+2026-11-22 (reference at 1.2-7x quiet), stored ranks re-timed and divided by
+the reference came out 19-37% (mean) from their labels.
 
 Neighbour calibration asks the cost labels instead. The profile's stored plan
 ranks were timed on the quiet host (``compute-ranks.parquet``, quiet gate);
@@ -33,13 +33,14 @@ import numpy as np
 
 from .fitness import StoredRank, as_stored_ranks, labelled_ranks
 from .kernel import RankOp, time_reference
-from .profiles import Profile, reference_ms
+from .profiles import Profile, available_memory_gb, reference_ms
 from .specs import ShardSpec, specs_from_json
 
 NEIGHBOURS = 6  # a few more than 4 averages out single labels (each ~3% from a re-timing) and drift
 VISITS = 3
 PASSES = 2
 LABEL_RANGE_MS = (1.0, 50.0)  # the stored ranks used as neighbours (outside it the pool is thin)
+MEMORY_SHARE = 0.8  # of the memory available, what the neighbours held at once may take
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,8 @@ class LabelledPool:
 
     ranks: tuple[StoredRank, ...]
     tasks: tuple[str, ...]
-    features: np.ndarray  # [n, 2]: log label ms, log bytes held; standardised below
-    scale: np.ndarray  # [2]: the pool's standard deviation of each feature
+    features: np.ndarray  # [n, 2]: log label ms, log bytes held
+    scale: np.ndarray  # [2]: the pool's standard deviation of each feature (distances are in these units)
 
 
 def weight_bytes(specs: list[ShardSpec]) -> float:
@@ -114,6 +115,25 @@ class CalibratedTiming:
         return (self.raw_fwd_ms + self.raw_bwd_ms) / self.reference_slowdown
 
 
+def _fitting_batches(pool: LabelledPool, chosen: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """``chosen`` split, in order, into groups whose tables fit in :data:`MEMORY_SHARE` of the memory
+    available now (the rank being measured is already built); a neighbour too big for it alone goes alone."""
+    have = available_memory_gb()
+    if have is None:
+        return [chosen]
+    budget = MEMORY_SHARE * have * 1e9
+    batches: list[list[int]] = [[]]
+    used = 0.0
+    for i in chosen:
+        need = weight_bytes(list(pool.ranks[i].specs))
+        if batches[-1] and used + need > budget:
+            batches.append([])
+            used = 0.0
+        batches[-1].append(i)
+        used += need
+    return [tuple(b) for b in batches]
+
+
 def calibrated_timing(specs: list[ShardSpec], optimizer: str, dtype: str, id_seed: int, profile: Profile,
                       k: int = NEIGHBOURS, visits: int = VISITS, passes: int = PASSES,
                       exclude_task: str | None = None) -> CalibratedTiming:
@@ -138,18 +158,19 @@ def calibrated_timing(specs: list[ShardSpec], optimizer: str, dtype: str, id_see
         if picked == chosen:  # the estimate settled
             break
         chosen, done = picked, done + 1
-        ops = {i: RankOp(list(pool.ranks[i].specs), pool.ranks[i].optimizer, pool.ranks[i].dtype,
-                         profile.device, pool.ranks[i].id_seed) for i in chosen}
         own: list[tuple[float, float]] = []
         theirs: dict[int, list[float]] = {i: [] for i in chosen}
-        for v in range(visits):  # the rank and its neighbours in turn, so drift hits them alike
-            t = target.run(1, repeats)
-            own.extend(zip(t.fwd_samples_ms, t.bwd_samples_ms))
-            for i, op in ops.items():
-                t = op.run(profile.warmup if v == 0 else 1, repeats)
-                theirs[i].extend(f + b for f, b in zip(t.fwd_samples_ms, t.bwd_samples_ms))
-            refs.append(time_reference(profile.device))
-        del ops  # free the neighbours' tables before the next pass builds others
+        for batch in _fitting_batches(pool, chosen):  # one batch unless the neighbours outgrow memory
+            ops = {i: RankOp(list(pool.ranks[i].specs), pool.ranks[i].optimizer, pool.ranks[i].dtype,
+                             profile.device, pool.ranks[i].id_seed) for i in batch}
+            for v in range(visits):  # the rank and its neighbours in turn, so drift hits them alike
+                t = target.run(1, repeats)
+                own.extend(zip(t.fwd_samples_ms, t.bwd_samples_ms))
+                for i, op in ops.items():
+                    t = op.run(profile.warmup if v == 0 else 1, repeats)
+                    theirs[i].extend(f + b for f, b in zip(t.fwd_samples_ms, t.bwd_samples_ms))
+                refs.append(time_reference(profile.device))
+            del ops  # free these neighbours' tables before others are built
         raw_f = statistics.median(f for f, _ in own)
         raw_b = statistics.median(b for _, b in own)
         # geometric mean over the neighbours: on 2026-11-22 the median of 4 (the middle two) was the noisier
