@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from shardplan.cost.calibration import NEIGHBOURS, PASSES, VISITS, calibrated_timing, labelled_pool
+from shardplan.cost.calibration import FEATURES, NEIGHBOURS, PASSES, VISITS, calibrated_timing, labelled_pool
 from shardplan.cost.profiles import get_profile, load1, machine_stamp
 from shardplan.formats import write_text_atomic
 
@@ -46,6 +46,8 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=NEIGHBOURS)
     ap.add_argument("--visits", type=int, default=VISITS)
     ap.add_argument("--passes", type=int, default=PASSES)
+    ap.add_argument("--features", type=int, default=FEATURES, choices=(1, 2, 3),
+                    help="neighbours by quiet-host time (1), and bytes held (2), and lookups per ms (3)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--name", help="results file stem suffix")
     ap.add_argument("--out", default="bench/results")
@@ -59,7 +61,7 @@ def main() -> None:
     for i in tqdm(pick_targets(args.targets, args.seed, pool.features[:, 0]), desc="targets"):
         r = pool.ranks[i]
         c = calibrated_timing(list(r.specs), r.optimizer, r.dtype, r.id_seed, profile, args.k, args.visits,
-                              args.passes, exclude_task=pool.tasks[i])
+                              args.passes, exclude_task=pool.tasks[i], features=args.features)
         rows.append({"target": i, "task": pool.tasks[i], "label_ms": r.label_ms,
                      "raw_ms": c.raw_fwd_ms + c.raw_bwd_ms, "reference_slowdown": c.reference_slowdown,
                      "neighbour_factor": c.factor, "passes": c.passes,
@@ -81,7 +83,8 @@ def main() -> None:
           f"Command: `.venv/bin/python bench/neighbour_calibration.py {shlex.join(sys.argv[1:])}`  ",
           f"Date {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine_stamp()['cpu_model']}, load "
           f"{load_before:.2f} before / {load1():.2f} after. {len(df)} stored ranks re-timed now, each beside its "
-          f"{args.k} nearest labelled ranks of other tasks ({args.visits} visits, up to {args.passes} passes); the "
+          f"{args.k} nearest labelled ranks of other tasks (by {args.features} feature(s); {args.visits} visits, "
+          f"up to {args.passes} passes); the "
           f"reference read {df.reference_slowdown.median():.2f}x quiet (median; "
           f"{df.reference_slowdown.min():.2f}-{df.reference_slowdown.max():.2f}x). Error = figure over the "
           "rank's quiet-host label, minus 1. Measured on real FBGEMM CPU kernels; no model involved.", "",

@@ -71,13 +71,13 @@ def test_a_second_pass_follows_the_estimate_to_ranks_of_the_right_size(fake_host
 def test_nearest_leaves_out_the_excluded_task_and_is_deterministic():
     pool = calibration.labelled_pool(get_profile("cpu-2c"))
     task = pool.tasks[0]
-    a = calibration.nearest(pool, 10.0, 1e8, 5, exclude_task=task)
-    assert a == calibration.nearest(pool, 10.0, 1e8, 5, exclude_task=task)
+    a = calibration.nearest(pool, 10.0, 1e8, 1e5, 5, exclude_task=task)
+    assert a == calibration.nearest(pool, 10.0, 1e8, 1e5, 5, exclude_task=task)
     assert len(a) == 5 and all(pool.tasks[i] != task for i in a)
     near = np.exp(pool.features[list(a), 0])
     assert np.all((near > 3.0) & (near < 30.0))  # ranks of about that size
     assert (near < 10.0).sum() == 2 and (near >= 10.0).sum() == 3  # from both sides
-    edge = np.exp(pool.features[list(calibration.nearest(pool, 1e4, 1e8, 4)), 0])
+    edge = np.exp(pool.features[list(calibration.nearest(pool, 1e4, 1e8, 1e5, 4)), 0])
     assert len(edge) == 4  # past the pool's longest rank, all from the one side there is
 
 

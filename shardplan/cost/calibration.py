@@ -31,7 +31,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .fitness import StoredRank, as_stored_ranks, labelled_ranks
+from .fitness import StoredRank, as_stored_ranks, labelled_ranks, lookups
 from .kernel import RankOp, time_reference
 from .profiles import Profile, available_memory_gb, reference_ms
 from .specs import ShardSpec, specs_from_json
@@ -41,6 +41,7 @@ VISITS = 3
 PASSES = 2
 LABEL_RANGE_MS = (1.0, 50.0)  # the stored ranks used as neighbours (outside it the pool is thin)
 MEMORY_SHARE = 0.8  # of the memory available, what the neighbours held at once may take
+FEATURES = 2  # neighbours by quiet-host time and bytes held; 3 adds lookups per ms
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,8 @@ class LabelledPool:
 
     ranks: tuple[StoredRank, ...]
     tasks: tuple[str, ...]
-    features: np.ndarray  # [n, 2]: log label ms, log bytes held
-    scale: np.ndarray  # [2]: the pool's standard deviation of each feature (distances are in these units)
+    features: np.ndarray  # [n, 3]: log label ms, log bytes held, log lookups per ms (memory-latency bound: high)
+    scale: np.ndarray  # [3]: the pool's standard deviation of each feature (distances are in these units)
 
 
 def weight_bytes(specs: list[ShardSpec]) -> float:
@@ -61,24 +62,28 @@ def weight_bytes(specs: list[ShardSpec]) -> float:
 def labelled_pool(profile: Profile) -> LabelledPool:
     df = labelled_ranks(profile)
     if df.empty:
-        return LabelledPool((), (), np.zeros((0, 2)), np.ones(2))
+        return LabelledPool((), (), np.zeros((0, 3)), np.ones(3))
     lo, hi = LABEL_RANGE_MS
     df = df[(df.label >= lo) & (df.label <= hi)].reset_index(drop=True)
-    feats = np.column_stack([np.log(df.label), np.log([weight_bytes(specs_from_json(s)) for s in df.shards])])
+    specs = [specs_from_json(s) for s in df.shards]
+    feats = np.column_stack([np.log(df.label), np.log([weight_bytes(x) for x in specs]),
+                             np.log([lookups(x) for x in specs]) - np.log(df.label)])
     return LabelledPool(as_stored_ranks(df), tuple(df.task.astype(str)), feats, feats.std(axis=0) + 1e-9)
 
 
-def nearest(pool: LabelledPool, quiet_ms: float, bytes_held: float, k: int = NEIGHBOURS,
-            exclude_task: str | None = None) -> tuple[int, ...]:
-    """Indices of ``k`` pooled ranks near a rank of that quiet-host time and size (standardised distance),
-    half of them shorter than it and half longer where the pool has them, leaving out the ranks of
-    ``exclude_task`` (a rank never calibrates against its own task).
+def nearest(pool: LabelledPool, quiet_ms: float, bytes_held: float, lookups_per_batch: float,
+            k: int = NEIGHBOURS, exclude_task: str | None = None, features: int = FEATURES) -> tuple[int, ...]:
+    """Indices of ``k`` pooled ranks near a rank of that quiet-host time, size and lookups (standardised
+    distance over the first ``features`` of time, bytes held, lookups per ms), half of them shorter than
+    it and half longer where the pool has them, leaving out the ranks of ``exclude_task`` (a rank never
+    calibrates against its own task).
 
     Why both sides: the host's slowdown runs with rank length, so neighbours all on one side of the
     rank would carry a factor for a shorter (or longer) rank than it.
     """
     log_ms = np.log(quiet_ms)
-    d = (pool.features - [log_ms, np.log(max(bytes_held, 1.0))]) / pool.scale
+    here = np.array([log_ms, np.log(max(bytes_held, 1.0)), np.log(max(lookups_per_batch, 1.0)) - log_ms])
+    d = ((pool.features - here) / pool.scale)[:, :features]
     dist = np.sqrt((d ** 2).sum(axis=1))
     if exclude_task is not None:
         dist[np.array(pool.tasks) == exclude_task] = np.inf
@@ -136,7 +141,7 @@ def _fitting_batches(pool: LabelledPool, chosen: tuple[int, ...]) -> list[tuple[
 
 def calibrated_timing(specs: list[ShardSpec], optimizer: str, dtype: str, id_seed: int, profile: Profile,
                       k: int = NEIGHBOURS, visits: int = VISITS, passes: int = PASSES,
-                      exclude_task: str | None = None) -> CalibratedTiming:
+                      exclude_task: str | None = None, features: int = FEATURES) -> CalibratedTiming:
     """Time ``specs`` beside their labelled neighbours and divide by the neighbours' raw-over-label ratio
     (module docstring). Raises ``ValueError`` where the profile has no labelled ranks."""
     pool = labelled_pool(profile)
@@ -144,7 +149,7 @@ def calibrated_timing(specs: list[ShardSpec], optimizer: str, dtype: str, id_see
     if not pool.ranks or not quiet:
         raise ValueError(f"profile {profile.name!r} has no quiet-gated stored ranks to calibrate against")
     profile.use_threads()
-    held = weight_bytes(specs)
+    held, looked_up = weight_bytes(specs), lookups(specs)
     target = RankOp(specs, optimizer, dtype, profile.device, id_seed)
     refs = [time_reference(profile.device)]
     first = target.run(profile.warmup, profile.repeats)  # also warms the rank up for the passes
@@ -154,7 +159,7 @@ def calibrated_timing(specs: list[ShardSpec], optimizer: str, dtype: str, id_see
     chosen: tuple[int, ...] = ()
     done = 0
     while done < passes:
-        picked = nearest(pool, estimate, held, k, exclude_task)
+        picked = nearest(pool, estimate, held, looked_up, k, exclude_task, features)
         if picked == chosen:  # the estimate settled
             break
         chosen, done = picked, done + 1

@@ -137,7 +137,7 @@ def probe_ranks(profile: Profile, n: int = PROBE_RANKS, seed: int = 0) -> tuple[
     # Half the probe from the ranks doing the most lookups per ms (small dims, many rows, low skew:
     # bound by memory latency), which a busy neighbour slows the most (unseen-a-10's ranks ran 1.3-1.5x
     # their quiet time while typical ranks reproduced their labels), half from the rest.
-    pool["intensity"] = [_lookups(specs_from_json(s)) for s in pool["shards"]] / pool["label"]
+    pool["intensity"] = [lookups(specs_from_json(s)) for s in pool["shards"]] / pool["label"]
     heavy = pool.intensity >= pool.intensity.quantile(1 - LATENCY_BOUND_SHARE)
     k = min(n // 2, int(heavy.sum()))
     return as_stored_ranks(pd.concat([pool[heavy].sample(k, random_state=seed),
@@ -155,7 +155,7 @@ def tilt_ranks(profile: Profile, n: int = TILT_RANKS, seed: int = 0) -> tuple[St
     return as_stored_ranks(pool.sample(min(n, len(pool)), random_state=seed))
 
 
-def _lookups(specs: list[ShardSpec]) -> float:
+def lookups(specs: list[ShardSpec]) -> float:
     """Ids a rank looks up per batch (each row-wise shard its share of the table's rows)."""
     return sum(s.batch_size * s.pooling_factor * s.rows / s.table_rows for s in specs)
 
