@@ -25,7 +25,6 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from shardplan.cost.calibration import calibrated_timing
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import get_profile, load1, machine_stamp
 from shardplan.cost.specs import ShardSpec, rank_specs, specs_to_json
@@ -33,7 +32,7 @@ from shardplan.domain import Plan
 from shardplan.errors import InfeasibleError
 from shardplan.execute.bench import machine_state_line, probes_by_task
 from shardplan.cost.fitness import wait_until_fit
-from shardplan.execute.measure import MEASURE_ID_SEED, measure_plan
+from shardplan.execute.measure import measure_plan, measure_plan_calibrated
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import get_searcher
 
@@ -46,21 +45,14 @@ def rank_signature(specs: list[ShardSpec]) -> str:
 
 
 def calibrated_rounds(plan: Plan, profile: str, rounds: int) -> dict[int, dict[str, float]]:
-    """Per rank with shards, its neighbour-calibrated fwd/bwd ms (geometric mean over ``rounds``, each
-    round over all the plan's ranks in turn, so drift between rounds hits every rank) and the factors."""
-    prof = get_profile(profile)
-    timings: dict[int, list] = {}
-    for _ in range(rounds):
-        for r, specs in enumerate(rank_specs(plan)):
-            if specs:
-                timings.setdefault(r, []).append(
-                    calibrated_timing(specs, plan.task.optimizer, plan.task.dtype, MEASURE_ID_SEED, prof))
-    gmean = lambda xs: float(np.exp(np.mean(np.log(xs))))  # noqa: E731
-    return {r: {"cal_fwd_ms": gmean([c.fwd_ms for c in cs]), "cal_bwd_ms": gmean([c.bwd_ms for c in cs]),
-                "cal_factor": gmean([c.factor for c in cs]),
-                "cal_round_spread": max(c.fwd_ms + c.bwd_ms for c in cs) / min(c.fwd_ms + c.bwd_ms for c in cs),
-                "cal_reference_slowdown": float(np.median([c.reference_slowdown for c in cs]))}
-            for r, cs in timings.items()}
+    """Per rank with shards, its neighbour-calibrated fwd/bwd ms (:func:`measure_plan_calibrated`), the
+    neighbours' factor, how far its rounds spread and the reference's slowdown."""
+    m = measure_plan_calibrated(plan, profile, rounds)
+    return {r: {"cal_fwd_ms": rc.fwd_compute_ms, "cal_bwd_ms": rc.bwd_compute_ms,
+                "cal_factor": m.extra["calibration_factor_per_rank"][r],
+                "cal_round_spread": max(m.extra["rounds_compute_ms_per_rank"][r]) / min(m.extra["rounds_compute_ms_per_rank"][r]),
+                "cal_reference_slowdown": m.extra["reference_slowdown"]}
+            for r, rc in enumerate(m.per_rank) if rc.compute_ms > 0}
 
 
 def main() -> None:

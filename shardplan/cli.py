@@ -166,10 +166,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _evaluate(plan, args: argparse.Namespace):
     from dataclasses import replace
 
-    from .execute.measure import measure_plan
+    from .execute.measure import measure_plan, measure_plan_calibrated
 
     plan = replace(plan, cost=_estimator(args).estimate(plan))
-    if args.measure:
+    if args.calibrate:
+        plan = replace(plan, measured_cost=measure_plan_calibrated(plan, args.profile, rounds=args.rounds))
+    elif args.measure:
         plan = replace(plan, measured_cost=measure_plan(plan, args.profile, rounds=args.rounds, visits=args.visits))
     return plan
 
@@ -337,6 +339,13 @@ def add_visits(parser: argparse.ArgumentParser) -> None:
                              "rank in one go, as the cost data was")
 
 
+def add_calibrate(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--calibrate", action="store_true",
+                        help="measure every rank beside stored ranks like it and express it on the host their "
+                             "labels were taken on (neighbour calibration: for a busy machine, where one "
+                             "reference divisor is wrong for most ranks; about 20 timings a rank per round)")
+
+
 def add_wait_fit(parser: argparse.ArgumentParser, zero_or_after: str) -> None:
     parser.add_argument("--wait-fit", type=float, default=0.0, metavar="MINUTES",
                         help="before each task, wait up to this long for the machine to reproduce its "
@@ -362,6 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-measure", dest="measure", action="store_false")
     run.add_argument("--rounds", type=int, default=1)
     add_visits(run)
+    add_calibrate(run)
     run.set_defaults(func=_cmd_run)
 
     plan = with_profile(sub.add_parser("plan", help="plan a task"))
@@ -379,6 +389,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--measure", action="store_true", help="also time every rank on real FBGEMM")
     ev.add_argument("--rounds", type=int, default=1, help="interleaved measurement rounds (each rank's median kept)")
     add_visits(ev)
+    add_calibrate(ev)
     ev.set_defaults(func=_cmd_evaluate)
 
     val = sub.add_parser("validate", help="check a plan: tiling, ranks, memory (exit 1 if invalid)")

@@ -321,3 +321,33 @@ def test_plan_group_collector_times_a_tasks_plans_together_and_resumes(tmp_path,
                                               rounds=1, visits=2, round_=1)
     assert len(later) > len(df) and set(later.group) == {"tiny", "tiny@1"}
     assert set(later[later.group == "tiny@1"].searcher) == {"greedy-dim"} and (later["round"] >= 0).all()
+
+
+def test_cli_evaluate_calibrate_uses_neighbour_calibration(tmp_path, task_dict, model_path, monkeypatch):
+    """`evaluate --calibrate` fills the measured cost rank by rank from neighbour calibration (faked here:
+    the real one times stored ranks of up to 50 ms), with comm from the comm model and the method said."""
+    from shardplan.cost.calibration import CalibratedTiming
+    from shardplan.execute import measure
+
+    calls = []
+
+    def fake(specs, optimizer, dtype, id_seed, profile, *a, **k):
+        calls.append(tuple(specs))
+        ms = float(calls.count(tuple(specs)))  # a rank's first round 1, its second 2
+        return CalibratedTiming(2.0 * ms, 4.0 * ms, 1.5, 2.0, (1, 2, 3), 1)
+
+    monkeypatch.setattr(measure, "calibrated_timing", fake)
+    (tmp_path / "task.json").write_text(json.dumps(task_dict))
+    plan_path, out = tmp_path / "plan.json", tmp_path / "eval.json"
+    assert main(["plan", str(tmp_path / "task.json"), "--model", str(model_path), "-o", str(plan_path)]) == 0
+    assert main(["evaluate", str(plan_path), "--model", str(model_path), "-o", str(out), "--calibrate",
+                 "--rounds", "2"]) == 0
+    plan = load_plan(out)
+    used = [r for r in range(2) if any(s.rank == r for t in plan.tables for s in t.shards)]
+    assert len(calls) == 2 * len(used)
+    for r in used:  # raw / factor, geometric mean of the rounds: fwd (1 * 2.0 and 2 * 2.0) / 2.0
+        rc = plan.measured_cost.per_rank[r]
+        assert rc.fwd_compute_ms == pytest.approx(2 ** 0.5, rel=1e-3) and rc.bwd_compute_ms == pytest.approx(2 * 2 ** 0.5, rel=1e-3)
+        assert rc.fwd_comm_ms == pytest.approx(plan.cost.per_rank[r].fwd_comm_ms)
+    assert "neighbour calibration" in plan.measured_cost.extra["compute"]
+    assert plan.measured_cost.extra["calibration_factor_per_rank"][used[0]] == pytest.approx(2.0)

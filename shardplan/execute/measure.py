@@ -45,6 +45,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from ..cost.calibration import NEIGHBOURS, calibrated_timing
 from ..cost.comm import rank_volumes
 from ..cost.estimator import comm_model_for
 from ..cost.kernel import KernelTiming, RankOp, time_bracketed
@@ -205,3 +206,46 @@ def measure_plans(plans: list[Plan], profile_name: str = "cpu-2c", rounds: int =
 def measure_plan(plan: Plan, profile_name: str = "cpu-2c", rounds: int = 1, visits: int = 1) -> PlanCost:
     return measure_plans([plan], profile_name, rounds, visits)[0]
 
+
+
+def measure_plan_calibrated(plan: Plan, profile_name: str = "cpu-2c", rounds: int = 1) -> PlanCost:
+    """Measured cost with every rank's compute neighbour-calibrated (:mod:`shardplan.cost.calibration`):
+    timed beside labelled stored ranks like it and expressed on the host its labels were taken on,
+    the geometric mean of ``rounds`` rounds over the plan's ranks. For accuracy checks on a busy host,
+    where one reference divisor is wrong for most ranks; about 20 timings a rank per round."""
+    if rounds < 1:
+        raise InputError("rounds", "must be at least 1")
+    profile = get_profile(profile_name)
+    comm_model = comm_model_for(profile)
+    comm = comm_model.rank_comm_ms(rank_volumes(plan), plan.task.topology)
+    mem = rank_memory_gb(plan)
+    specs = rank_specs(plan)
+    load_before = load1()
+    timings: dict[int, list] = {r: [] for r, s in enumerate(specs) if s}
+    try:
+        for _ in range(rounds):  # a round over all ranks, so drift between rounds reaches every rank
+            for r in timings:
+                timings[r].append(calibrated_timing(specs[r], plan.task.optimizer, plan.task.dtype,
+                                                    MEASURE_ID_SEED, profile))
+    except ValueError as e:
+        raise InputError("--calibrate", str(e), "measure without calibration, or collect `shardplan collect "
+                         "ranks` for this profile first") from None
+    gmean = lambda xs: float(math.exp(statistics.fmean(math.log(x) for x in xs)))  # noqa: E731
+    zero = (0.0, 0.0)
+    per = {r: (gmean([c.fwd_ms for c in cs]), gmean([c.bwd_ms for c in cs])) for r, cs in timings.items()}
+    ranks = tuple(RankCost(r, *per.get(r, zero), comm[r][0], comm[r][1], mem[r]) for r in range(len(specs)))
+    return PlanCost(kind="measured", profile=profile.name, per_rank=ranks, extra={
+        "compute": (f"measured: FBGEMM {profile.device} TBE fwd/bwd, each rank timed in turn with the "
+                    f"{NEIGHBOURS} stored ranks nearest it in quiet-host time and bytes held and divided by "
+                    f"their raw-over-label ratio (neighbour calibration), geometric mean of {rounds} round(s)"),
+        "calibration_factor_per_rank": [round(gmean([c.factor for c in timings[r]]), 4) if r in timings else None
+                                        for r in range(len(specs))],
+        "reference_divided_compute_ms_per_rank": [
+            round(gmean([c.reference_divided_ms for c in timings[r]]), 4) if r in timings else 0.0
+            for r in range(len(specs))],
+        "rounds_compute_ms_per_rank": [[round(c.fwd_ms + c.bwd_ms, 4) for c in timings.get(r, [])]
+                                       for r in range(len(specs))],
+        "reference_slowdown": round(statistics.median(c.reference_slowdown for cs in timings.values()
+                                                      for c in cs), 4) if timings else None,
+        "comm_model": f"{comm_model.name} ({comm_model.kind})",
+        "load1_before": round(load_before, 2), "load1_after": round(load1(), 2)})
