@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import get_profile, load1, machine_stamp
-from shardplan.cost.specs import ShardSpec, rank_specs, specs_to_json
+from shardplan.cost.specs import ShardSpec, canonical, rank_specs, specs_to_json
 from shardplan.domain import Plan
 from shardplan.errors import InfeasibleError
 from shardplan.execute.bench import machine_state_line, probes_by_task
@@ -40,8 +40,7 @@ from shardplan.search import get_searcher
 def rank_signature(specs: list[ShardSpec]) -> str:
     """A short fingerprint of a rank's shards (order-free), so that later runs can tell whether they
     measured the same plan (``bench/plan_accuracy_runs.py`` pools runs of the same plans)."""
-    ordered = sorted(specs, key=lambda s: (s.table, s.row_offset, s.rows, s.cols, s.batch_size))
-    return hashlib.sha1(specs_to_json(ordered).encode()).hexdigest()[:12]
+    return hashlib.sha1(specs_to_json(list(canonical(specs))).encode()).hexdigest()[:12]
 
 
 def calibrated_rounds(plan: Plan, profile: str, rounds: int) -> dict[int, dict[str, float]]:

@@ -17,7 +17,7 @@ from ..errors import InputError
 from ..memory import rank_memory_gb
 from .comm import AlphaBetaCommModel, CommModel, FittedCommModel, rank_volumes
 from .profiles import Profile, get_profile
-from .specs import ShardSpec, rank_specs
+from .specs import ShardSpec, canonical, rank_specs
 
 
 class ComputeModel(Protocol):
@@ -47,8 +47,7 @@ class PlanEstimator:
         budget.check()
         if len(self._cache) > self.CACHE_LIMIT:  # a long-lived service must not grow without end
             self._cache.clear()
-        keys = [tuple(sorted(s, key=lambda x: (x.table, x.row_offset, x.rows, x.cols, x.batch_size)))
-                for s in sets]
+        keys = [canonical(s) for s in sets]
         found = {k: v for k in keys if (v := self._cache.get(k)) is not None}
         missing = list(dict.fromkeys(k for k in keys if k not in found))  # ordered: same batch every run
         if missing:

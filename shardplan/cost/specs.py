@@ -46,6 +46,11 @@ def rank_specs(plan: Plan) -> list[list[ShardSpec]]:
     return [[shard_spec(plan.task, t, st, sh) for t, st, sh in items] for items in plan.rank_shards()]
 
 
+def canonical(specs: list[ShardSpec]) -> tuple[ShardSpec, ...]:
+    """A rank's specs in one fixed order: a rank is a set, and caches and fingerprints must see it so."""
+    return tuple(sorted(specs, key=lambda x: (x.table, x.row_offset, x.rows, x.cols, x.batch_size)))
+
+
 def specs_to_json(specs: list[ShardSpec]) -> str:
     return json.dumps([asdict(s) for s in specs])
 
