@@ -95,3 +95,13 @@ def test_neighbours_that_outgrow_memory_are_timed_in_turns(fake_host, monkeypatc
     tight = calibration.calibrated_timing(list(r.specs), r.optimizer, r.dtype, r.id_seed, prof)
     assert tight.neighbours == roomy.neighbours
     assert tight.fwd_ms + tight.bwd_ms == pytest.approx(roomy.fwd_ms + roomy.bwd_ms)
+
+
+def test_a_profile_without_stored_ranks_is_an_input_error_naming_the_file(monkeypatch):
+    from shardplan.errors import InputError
+
+    prof = get_profile("cpu-2c")
+    monkeypatch.setattr(calibration, "labelled_pool",
+                        lambda p: calibration.LabelledPool((), (), np.zeros((0, 3)), np.ones(3)))
+    with pytest.raises(InputError, match="compute-ranks.parquet.*no quiet-gated stored ranks"):
+        calibration.calibrated_timing([], "sgd", "fp32", 0, prof)

@@ -34,7 +34,8 @@ import numpy as np
 from .fitness import StoredRank, as_stored_ranks, labelled_ranks, lookups
 from .kernel import RankOp, time_reference
 from .profiles import Profile, available_memory_gb, reference_ms
-from .specs import ShardSpec, specs_from_json
+from ..errors import InputError
+from .specs import ShardSpec
 
 NEIGHBOURS = 6  # a few more than 4 averages out single labels (each ~3% from a re-timing) and drift
 VISITS = 3
@@ -65,10 +66,10 @@ def labelled_pool(profile: Profile) -> LabelledPool:
         return LabelledPool((), (), np.zeros((0, 3)), np.ones(3))
     lo, hi = LABEL_RANGE_MS
     df = df[(df.label >= lo) & (df.label <= hi)].reset_index(drop=True)
-    specs = [specs_from_json(s) for s in df.shards]
-    feats = np.column_stack([np.log(df.label), np.log([weight_bytes(x) for x in specs]),
-                             np.log([lookups(x) for x in specs]) - np.log(df.label)])
-    return LabelledPool(as_stored_ranks(df), tuple(df.task.astype(str)), feats, feats.std(axis=0) + 1e-9)
+    ranks = as_stored_ranks(df)  # parses each rank's shards once; the features read them from here
+    feats = np.column_stack([np.log(df.label), np.log([weight_bytes(list(r.specs)) for r in ranks]),
+                             np.log([lookups(list(r.specs)) for r in ranks]) - np.log(df.label)])
+    return LabelledPool(ranks, tuple(df.task.astype(str)), feats, feats.std(axis=0) + 1e-9)
 
 
 def nearest(pool: LabelledPool, quiet_ms: float, bytes_held: float, lookups_per_batch: float,
@@ -143,11 +144,13 @@ def calibrated_timing(specs: list[ShardSpec], optimizer: str, dtype: str, id_see
                       k: int = NEIGHBOURS, visits: int = VISITS, passes: int = PASSES,
                       exclude_task: str | None = None, features: int = FEATURES) -> CalibratedTiming:
     """Time ``specs`` beside their labelled neighbours and divide by the neighbours' raw-over-label ratio
-    (module docstring). Raises ``ValueError`` where the profile has no labelled ranks."""
+    (module docstring). Raises :class:`InputError` where the profile has no labelled ranks."""
     pool = labelled_pool(profile)
     quiet = reference_ms(profile)
     if not pool.ranks or not quiet:
-        raise ValueError(f"profile {profile.name!r} has no quiet-gated stored ranks to calibrate against")
+        raise InputError(str(profile.dir / "compute-ranks.parquet"),
+                         f"profile {profile.name!r} has no quiet-gated stored ranks to calibrate against",
+                         "measure without calibration, or collect them with `shardplan collect ranks` first")
     profile.use_threads()
     held, looked_up = weight_bytes(specs), lookups(specs)
     target = RankOp(specs, optimizer, dtype, profile.device, id_seed)
