@@ -20,10 +20,14 @@ count), and reports
 When the runs disagree with each other about as much as the model disagrees
 with them, no single run can show the model any closer. Measured figures are
 the runs' (real FBGEMM CPU kernels, each divided by its run's reference
-slowdown); predicted ones are the committed neural model's, recomputed now.
-Writes ``bench/results/plan-accuracy-runs-<profile>-<suite>.{md,csv}``.
+slowdown, or with ``--measured cal_ms`` the neighbour-calibrated figures of
+``plan_accuracy.py --calibrate`` runs); predicted ones are the committed
+neural model's, or ``--model``'s, recomputed now (the measurements do not
+depend on the model: TorchRec plans without it).
+Writes ``bench/results/plan-accuracy-runs-<profile>-<suite>.{md,csv}`` (or ``--name``).
 
     .venv/bin/python bench/plan_accuracy_runs.py --suite data/tasks/unseen-a
+    .venv/bin/python bench/plan_accuracy_runs.py --suite data/tasks/unseen-a --measured cal_ms
 """
 from __future__ import annotations
 
@@ -84,13 +88,18 @@ def main() -> None:
     ap.add_argument("--runs", nargs="*", help="plan-accuracy CSVs (default: every committed version of "
                     "bench/results/plan-accuracy-PROFILE-SUITE*.csv)")
     ap.add_argument("--since", default=FIRST_RUN, help="with committed runs: the first commit to read")
+    ap.add_argument("--measured", default="meas_ms", choices=("meas_ms", "cal_ms"),
+                    help="the runs' reference-divided figures, or their neighbour-calibrated ones")
+    ap.add_argument("--model", help="a compute-model file to score instead of the committed one")
+    ap.add_argument("--name", help="output file stem (default plan-accuracy-runs-PROFILE-SUITE[-cal_ms])")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args()
     suite = Path(args.suite).name
     runs = ({p: pd.read_csv(p) for p in args.runs} if args.runs
             else committed_runs(f"bench/results/plan-accuracy-{args.profile}-{suite}*.csv", args.since))
 
-    est = load_estimator(args.profile)
+    est = load_estimator(args.profile, args.model)
+    model_name = f"`{args.model}`" if args.model else f"the committed neural `{args.profile}` model"
     searcher = get_searcher(args.searcher)
     pred: dict[tuple[str, int], float] = {}
     shards: dict[tuple[str, int], int] = {}
@@ -112,13 +121,13 @@ def main() -> None:
         keys = list(zip(df.task, df["rank"]))
         same = (all(signature.get(k) == s for k, s in zip(keys, df.rank_signature)) if "rank_signature" in df
                 else all(shards.get(k) == n for k, n in zip(keys, df.shards)))
-        if same and set(keys) == set(pred):
-            kept[name] = df.set_index(["task", "rank"]).meas_ms
+        if same and set(keys) == set(pred) and args.measured in df:
+            kept[name] = df.set_index(["task", "rank"])[args.measured]
         else:
             dropped.append(name)
-    if len(kept) < 2:
-        sys.exit(f"need at least two runs of today's {args.searcher} plans, found {len(kept)} "
-                 f"(dropped as other plans: {dropped})")
+    if not kept:
+        sys.exit(f"no run of today's {args.searcher} plans with `{args.measured}` "
+                 f"(dropped as other plans or without it: {dropped})")
     meas = pd.DataFrame(kept)
     logm = np.log(meas)
     consensus = np.exp(logm.median(axis=1))
@@ -126,10 +135,11 @@ def main() -> None:
 
     def score(err: pd.Series) -> dict[str, float]:
         a = err.abs()
-        return {"mape": a.mean(), "median": a.median(), "within": (a <= TOLERANCE).mean(), "worst": a.max()}
+        return {"mape": a.mean(), "median": a.median(), "within": (a <= TOLERANCE).mean(), "worst": a.max(),
+                "bias": err.median()}
 
     per_run = []
-    for name in meas:
+    for name in meas if len(meas.columns) > 1 else []:  # one run has no others to compare with
         others = np.exp(logm.drop(columns=name).median(axis=1))
         gap = meas[name] / others - 1
         model = score(predicted / meas[name] - 1)
@@ -144,18 +154,20 @@ def main() -> None:
                           "runs_within": (np.abs(meas.div(consensus, axis=0) - 1) <= TOLERANCE).mean(axis=1)})
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"plan-accuracy-runs-{args.profile}-{suite}"
+    stem = args.name or f"plan-accuracy-runs-{args.profile}-{suite}" + ("-cal_ms" if args.measured == "cal_ms" else "")
     pd.concat([table, meas], axis=1).to_csv(out / f"{stem}.csv")
 
     pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
     md = [f"# The model against {len(meas.columns)} independent runs of the {args.searcher} plans of `{args.suite}`", "",
           f"Command: `.venv/bin/python bench/plan_accuracy_runs.py {shlex.join(sys.argv[1:])}`  ",
-          f"Date {dt.date.today()}. Measured: each run's figures (real FBGEMM CPU kernels, divided by the run's "
-          f"reference slowdown; protocol and machine state in each run's own `.md`). Predicted: the committed "
-          f"neural `{args.profile}` model, recomputed now. Consensus: per rank, the median over runs (log space). "
-          f"Runs dropped because their plans differ from today's: {len(dropped)}.", "",
+          f"Date {dt.date.today()}. Measured: each run's figures (real FBGEMM CPU kernels, "
+          + ("neighbour-calibrated" if args.measured == "cal_ms" else "divided by the run's reference slowdown")
+          + f"; protocol and machine state in each run's own `.md`). Predicted: {model_name}, recomputed now. "
+          f"Consensus: per rank, the median over runs (log space). "
+          f"Runs dropped because their plans differ from today's or lack `{args.measured}`: {len(dropped)}.", "",
           f"**Model vs consensus** ({len(meas)} ranks): MAPE {pct(overall['mape'])}, median {pct(overall['median'])}, "
-          f"within {TOLERANCE:.0%}: {pct(overall['within'])} of ranks, worst {pct(overall['worst'])}.", "",
+          f"within {TOLERANCE:.0%}: {pct(overall['within'])} of ranks, worst {pct(overall['worst'])}; "
+          f"median signed error {overall['bias'] * 100:+.1f}% (negative: predicted below measured).", "",
           "Each run against the consensus of the others, and the model against that run alone:", "",
           "| run | level vs others | median gap to others | ranks beyond 15% | model MAPE vs run | model within 15% |",
           "| --- | --- | --- | --- | --- | --- |"]

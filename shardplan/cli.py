@@ -107,7 +107,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .cost.profiles import get_profile
     from .cost.train import report_markdown, train_and_report
 
-    meta = train_and_report(get_profile(args.profile), epochs=args.epochs, seed=args.seed)
+    meta = train_and_report(get_profile(args.profile), epochs=args.epochs, seed=args.seed,
+                            random_level=args.random_level)
     print(report_markdown(meta))
     return 0
 
@@ -446,6 +447,8 @@ def build_parser() -> argparse.ArgumentParser:
                          model=False)
     train.add_argument("--epochs", type=int, default=300)
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--random-level", action="store_true",
+                       help="learn the random shard sets' level apart from whole plan ranks' and predict the latter")
     train.set_defaults(func=_cmd_train)
 
     tp = with_profile(sub.add_parser("train-policy", help="train the rl searcher's placement policy against "

@@ -425,3 +425,29 @@ def test_group_tilt_takes_a_size_dependent_slowdown_out_of_grouped_labels():
         for tilt in (True, False)}
     # 2026-11-22: 0.21 with the tilt taken out, 0.28 with it taken for a ratio
     assert err[True] < 0.85 * err[False], err
+
+
+def test_random_level_learns_the_random_sets_level_apart_and_predicts_the_plan_ranks(tmp_path):
+    """Random sets timed 20% faster than the law (their own level) beside a few sets at the law's level:
+    with ``random_level`` the model must predict the law's level (and the random one on request), and
+    keep it through save and load; without it the random sets drag the level down."""
+    sets, fwd, bwd = _synthetic(400)
+    rsets, rf, rb = sets[:300], fwd[:300] * 0.8, bwd[:300] * 0.8
+    psets, pf_, pb_ = sets[300:], fwd[300:], bwd[300:]
+    all_sets, all_f, all_b = rsets + psets, np.concatenate([rf, pf_]), np.concatenate([rb, pb_])
+    marked = np.arange(400) < 300
+    kw = dict(profile="cpu-2c", epochs=200, hidden=32, code=16)  # 2026-11-22: at 60 the offset is not there yet
+    leveled = NeuralCostModel(random_level=True, **kw).fit(all_sets, all_f, all_b, progress=False, random_sets=marked)
+    plain = NeuralCostModel(**kw).fit(all_sets, all_f, all_b, progress=False, random_sets=marked)
+    test_sets, tf, tb = _synthetic(100, seed=1)
+    bias = lambda m, **k: float(np.median(np.sum(m.predict(test_sets, **k), axis=0) / (tf + tb)) - 1)  # noqa: E731
+    # 2026-11-22: leveled -1.5% (offset 0.80 / 0.82), plain -15%
+    assert abs(bias(leveled)) < 0.06, bias(leveled)
+    assert bias(plain) < -0.1, bias(plain)  # mostly the random sets' level
+    assert abs(bias(leveled, random_level=True) + 0.2) < 0.06
+    assert np.allclose(np.exp(leveled.random_offset), 0.8, atol=0.06)
+    leveled.save(tmp_path / "m.json")
+    assert np.allclose(NeuralCostModel.load(tmp_path / "m.json").predict(test_sets, random_level=True)[0],
+                       leveled.predict(test_sets, random_level=True)[0], rtol=1e-5)
+    with pytest.raises(InputError, match="random_sets"):
+        NeuralCostModel(**kw).fit(sets, fwd, bwd, random_sets=np.zeros(3))

@@ -86,8 +86,10 @@ def metrics(pred_f: np.ndarray, pred_b: np.ndarray, fwd: np.ndarray, bwd: np.nda
 
 
 def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_dir: Path | None = None,
-                     out_dir: Path | None = None, progress: bool = True) -> dict[str, Any]:
-    """Train on ``data_dir`` (default: the profile's folder), write model and report to ``out_dir``."""
+                     out_dir: Path | None = None, progress: bool = True,
+                     random_level: bool = False) -> dict[str, Any]:
+    """Train on ``data_dir`` (default: the profile's folder), write model and report to ``out_dir``.
+    ``random_level``: the random sets' level is learnt apart from plan ranks' (``NeuralCostModel.fit``)."""
     data_dir = data_dir or profile.dir
     out_dir = out_dir or data_dir
     nominal = reference_nominal(pd.read_parquet(data_dir / "compute.parquet", columns=["ref_before_ms", "ref_after_ms"]))
@@ -130,7 +132,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
 
     models = {
         # grouped ranks are the same population as the plan ranks, and weigh as much
-        "neural": NeuralCostModel(profile=profile.name, epochs=epochs, seed=seed, group_weight=RANK_SAMPLE_WEIGHT),
+        "neural": NeuralCostModel(profile=profile.name, epochs=epochs, seed=seed, group_weight=RANK_SAMPLE_WEIGHT,
+                                  random_level=random_level),
         "roofline (TorchRec form)": RooflineCostModel(),
         "gbm (hand features)": GBMCostModel(seed=seed),
     }
@@ -139,7 +142,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     absolute_split = (pick(absolute, train_sets), train_f[absolute], train_b[absolute])
     for name, m in models.items():
         if isinstance(m, NeuralCostModel):
-            m.fit(train_sets, train_f, train_b, progress=progress, groups=groups)
+            m.fit(train_sets, train_f, train_b, progress=progress, groups=groups,
+                  random_sets=np.arange(len(train_sets)) < len(tr))  # compute.parquet's sets come first
         else:
             m.fit(*absolute_split)
 
@@ -152,9 +156,16 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     if large_path.exists():
         lsets, lf, lb, _ = load_sets(large_path, nominal)
         splits["larger_sets"] = (lsets, lf, lb)
+    # the random collector's sets are scored at their own level; plan ranks at the predicted one
+    random_splits = {"holdout", "holdout, raw labels (machine drift left in)", "larger_sets"}
+
+    def predict(m: Any, split: str, s: list[list[ShardSpec]]) -> tuple[np.ndarray, np.ndarray]:
+        return m.predict(s, random_level=True) if isinstance(m, NeuralCostModel) and split in random_splits \
+            else m.predict(s)
+
     for split, (s, f, b) in splits.items():
         evals[split] = {"n": len(s), "num_shards": [min(map(len, s)), max(map(len, s))],
-                        "models": {name: metrics(*m.predict(s), f, b) for name, m in models.items()}}
+                        "models": {name: metrics(*predict(m, split, s), f, b) for name, m in models.items()}}
     if group_split is not None and len(group_split[0]):
         s, f, b, gid = group_split
         evals[GROUP_SPLIT] = {"n": len(s), "num_shards": [min(map(len, s)), max(map(len, s))],
@@ -184,7 +195,11 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                    "reference workload's times just before and after it, over the quiet reference "
                    f"(the {REFERENCE_PERCENTILE}th percentile of all reference times, {nominal:.4f} ms)"),
         "evaluation": evals,
-        "command": f"shardplan train --profile {profile.name} --epochs {epochs} --seed {seed}",
+        "random_level": ({"learnt": True, "log_offset_fwd_bwd": neural.random_offset.tolist(),
+                          "note": "random sets are scored at their own level; plan ranks and searchers at plan ranks'"}
+                         if random_level else {"learnt": False}),
+        "command": f"shardplan train --profile {profile.name} --epochs {epochs} --seed {seed}"
+                   + (" --random-level" if random_level else ""),
         "date": _dt.date.today().isoformat(),
     }
     neural.save(out_dir / "compute-model.json", meta)
