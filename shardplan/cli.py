@@ -108,7 +108,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .cost.train import report_markdown, train_and_report
 
     meta = train_and_report(get_profile(args.profile), epochs=args.epochs, seed=args.seed,
-                            random_level=args.random_level)
+                            out_dir=args.out, random_level=args.random_level)
     print(report_markdown(meta))
     return 0
 
@@ -447,6 +447,8 @@ def build_parser() -> argparse.ArgumentParser:
                          model=False)
     train.add_argument("--epochs", type=int, default=300)
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--out", type=Path, default=None,
+                       help="folder for the model, its report and reference.json (default: the profile's own)")
     train.add_argument("--random-level", action="store_true",
                        help="learn the random shard sets' level apart from whole plan ranks' and predict the latter")
     train.set_defaults(func=_cmd_train)
