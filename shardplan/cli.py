@@ -449,8 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--out", type=Path, default=None,
                        help="folder for the model, its report and reference.json (default: the profile's own)")
-    train.add_argument("--random-level", action="store_true",
-                       help="learn the random shard sets' level apart from whole plan ranks' and predict the latter")
+    train.add_argument("--random-level", action=argparse.BooleanOptionalAction, default=True,
+                       help="learn the random shard sets' level apart from whole plan ranks' and predict the "
+                            "latter (default; needs the profile's plan ranks)")
     train.set_defaults(func=_cmd_train)
 
     tp = with_profile(sub.add_parser("train-policy", help="train the rl searcher's placement policy against "

@@ -451,3 +451,5 @@ def test_random_level_learns_the_random_sets_level_apart_and_predicts_the_plan_r
                        leveled.predict(test_sets, random_level=True)[0], rtol=1e-5)
     with pytest.raises(InputError, match="random_sets"):
         NeuralCostModel(**kw).fit(sets, fwd, bwd, random_sets=np.zeros(3))
+    with pytest.raises(InputError, match="to set the level"):  # every set random: the level would float
+        NeuralCostModel(random_level=True, **kw).fit(sets, fwd, bwd, random_sets=np.ones(len(sets)))

@@ -161,6 +161,10 @@ class NeuralCostModel:
         marked = np.zeros(len(sets), bool) if random_sets is None else np.asarray(random_sets, bool)
         if len(marked) != len(sets):
             raise InputError("random_sets", "must have one entry per set")
+        if self.random_level and not (~marked & (groups < 0)).any():
+            # grouped sets teach ratios only, so nothing else would pin the level the model predicts at
+            raise InputError("random_sets", "random_level needs sets outside random_sets with absolute labels "
+                             "(whole plan ranks) to set the level; add them or train without random_level")
         torch.manual_seed(self.seed)
         gen = torch.Generator().manual_seed(self.seed)
         rng = np.random.default_rng(self.seed)

@@ -87,9 +87,10 @@ def metrics(pred_f: np.ndarray, pred_b: np.ndarray, fwd: np.ndarray, bwd: np.nda
 
 def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_dir: Path | None = None,
                      out_dir: Path | None = None, progress: bool = True,
-                     random_level: bool = False) -> dict[str, Any]:
+                     random_level: bool = True) -> dict[str, Any]:
     """Train on ``data_dir`` (default: the profile's folder), write model and report to ``out_dir``.
-    ``random_level``: the random sets' level is learnt apart from plan ranks' (``NeuralCostModel.fit``)."""
+    ``random_level``: the random sets' level is learnt apart from plan ranks' (``NeuralCostModel.fit``);
+    it needs plan ranks (``compute-ranks.parquet``) and is not used without them."""
     data_dir = data_dir or profile.dir
     out_dir = out_dir or data_dir
     nominal = reference_nominal(pd.read_parquet(data_dir / "compute.parquet", columns=["ref_before_ms", "ref_after_ms"]))
@@ -130,6 +131,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         task_of = gdf["seed"].astype(str) + ":" + gdf["sample"].astype(str)
         group_counts = (len(gtr), len(gte), int(task_of[gtr].nunique()), int(task_of[gte].nunique()))
 
+    random_level = random_level and rank_split is not None  # without plan ranks there is no other level
     models = {
         # grouped ranks are the same population as the plan ranks, and weigh as much
         "neural": NeuralCostModel(profile=profile.name, epochs=epochs, seed=seed, group_weight=RANK_SAMPLE_WEIGHT,
@@ -199,7 +201,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                           "note": "random sets are scored at their own level; plan ranks and searchers at plan ranks'"}
                          if random_level else {"learnt": False}),
         "command": f"shardplan train --profile {profile.name} --epochs {epochs} --seed {seed}"
-                   + (" --random-level" if random_level else ""),
+                   + ("" if random_level else " --no-random-level"),
         "date": _dt.date.today().isoformat(),
     }
     neural.save(out_dir / "compute-model.json", meta)
