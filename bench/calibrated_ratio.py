@@ -12,7 +12,7 @@ plus comm from the comm model), imbalance (max/mean) and predicted cost; then
 the geometric mean of the default's cost over TorchRec's on the tasks TorchRec
 plans, and how many default plans have max/mean <= 1.10. Measured: real
 FBGEMM CPU kernels; predicted: the committed neural model. Writes
-``bench/results/calibrated-ratio-<profile>-<suite>.{md,csv}``.
+``bench/results/calibrated-ratio-<profile>-<suite>.{md,csv}`` (or ``--name``).
 
     MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 taskset -c 1 \\
         .venv/bin/python bench/calibrated_ratio.py --suite data/tasks/unseen-a
@@ -44,6 +44,7 @@ def main() -> None:
     ap.add_argument("--suite", default="data/tasks/unseen-a")
     ap.add_argument("--profile", default="cpu-2c")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--name", help="output file stem (default calibrated-ratio-PROFILE-SUITE)")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args()
     est = load_estimator(args.profile)
@@ -64,7 +65,7 @@ def main() -> None:
     df = pd.DataFrame(rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"calibrated-ratio-{args.profile}-{Path(args.suite).name}"
+    stem = args.name or f"calibrated-ratio-{args.profile}-{Path(args.suite).name}"
     df.to_csv(out / f"{stem}.csv", index=False)
     wide = df.pivot(index="task", columns="searcher", values=["measured_ms", "predicted_ms", "imbalance"])
     both = wide.dropna(subset=[("measured_ms", "torchrec"), ("measured_ms", DEFAULT_SEARCHER)])
