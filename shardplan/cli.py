@@ -156,12 +156,31 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     task = load_task(args.task)
     types = args.sharding_types.split(",") if args.sharding_types else None
     searcher = get_searcher(args.searcher or DEFAULT_SEARCHER, types)
-    plan = searcher.plan(task, _estimator(args), seed=args.seed)
+    plan = _make_plan(searcher, task, args)
     save_plan(plan, args.out)
     print(plan_table(plan))
     print(cost_table(plan.cost))
     print(f"wrote {args.out} ({plan.search['searcher']}, {plan.search['seconds']:.3f} s)")
     return 0
+
+
+def _make_plan(searcher, task, args: argparse.Namespace):
+    """``searcher``'s plan of ``task``; with ``--refine N``, refined against timings of its ranks together
+    with the searcher's runners-up (:mod:`.search.refine`)."""
+    est = _estimator(args)
+    if not args.refine:
+        return searcher.plan(task, est, seed=args.seed)
+    from .search.refine import measuring_timer, refine
+
+    timer = measuring_timer(args.profile)  # refuses a profile whose hardware is not here, before planning
+    plans = searcher.plan_shortlist(task, est, seed=args.seed)
+    out = refine(plans[0], est, timer, iterations=args.refine, alternatives=plans[1:])
+    rec = out.search["refine"]
+    final = rec["final_measured_ms"]
+    print(f"refined in {rec['seconds']:.0f} s: " + (
+        f"{rec['candidates']} plans timed together, measured max {min(final):.2f} ms against the "
+        f"searcher's pick's {final[0]:.2f} ms" if final else "the timings agree with the model's balance; plan kept"))
+    return out
 
 
 def _evaluate(plan, args: argparse.Namespace):
@@ -198,7 +217,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .search import DEFAULT_SEARCHER, get_searcher
 
     task = load_task(args.task)
-    plan = get_searcher(DEFAULT_SEARCHER).plan(task, _estimator(args), seed=args.seed)
+    plan = _make_plan(get_searcher(DEFAULT_SEARCHER), task, args)
     plan = _evaluate(plan, args)
     save_plan(plan, args.out)
     print(f"task {task.name}: {len(task.tables)} tables, {task.topology.world_size} ranks, "
@@ -347,6 +366,20 @@ def add_calibrate(parser: argparse.ArgumentParser) -> None:
                              "reference divisor is wrong for most ranks; about 20 timings a rank per round)")
 
 
+def add_refine(parser: argparse.ArgumentParser) -> None:
+    def times(text: str) -> int:
+        n = int(text)
+        if n < 0:
+            raise argparse.ArgumentTypeError(f"must be 0 (off) or a number of timings, got {n}")
+        return n
+
+    parser.add_argument("--refine", type=times, default=0, metavar="N",
+                        help="time the plan (and the searcher's runners-up) on this machine's kernels and "
+                             "re-polish it against the measured per-rank error, up to N times; keeps the plan "
+                             "measured fastest "
+                             "(about 15-90 s; not a function of the seed alone: the timings are recorded)")
+
+
 def add_wait_fit(parser: argparse.ArgumentParser, zero_or_after: str) -> None:
     parser.add_argument("--wait-fit", type=float, default=0.0, metavar="MINUTES",
                         help="before each task, wait up to this long for the machine to reproduce its "
@@ -373,6 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--rounds", type=int, default=1)
     add_visits(run)
     add_calibrate(run)
+    add_refine(run)
     run.set_defaults(func=_cmd_run)
 
     plan = with_profile(sub.add_parser("plan", help="plan a task"))
@@ -382,6 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--sharding-types", help="comma-separated types the plan may use, e.g. "
                                                "table_wise,column_wise,data_parallel (what gloo runs)")
     plan.add_argument("-o", "--out", required=True)
+    add_refine(plan)
     plan.set_defaults(func=_cmd_plan)
 
     ev = with_profile(sub.add_parser("evaluate", help="fill a plan's predicted cost; --measure times it too"))

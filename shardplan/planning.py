@@ -49,13 +49,16 @@ def make_task(tables: Iterable[Table | dict[str, Any]], world_size: int, *, loca
 
 def plan(tables: Iterable[Table | dict[str, Any]] | Task, world_size: int | None = None, *,
          searcher: str | None = None, profile: str = "cpu-2c", seed: int = 0,
-         sharding_types: Iterable[str] | None = None, **task_fields: Any) -> Plan:
+         sharding_types: Iterable[str] | None = None, refine: int = 0, **task_fields: Any) -> Plan:
     """Plan tables for a topology with the default searcher and profile; returns a :class:`Plan`.
 
     ``tables`` may also be a ready :class:`Task` (then ``world_size`` and the
     task fields are not given). ``task_fields`` are :func:`make_task`'s keywords.
     ``sharding_types`` limits the plan to those types, e.g. what TorchRec can run
     on CPU over gloo: ``("table_wise", "column_wise", "data_parallel")``.
+    ``refine=N`` times the plan's ranks on this machine's kernels and re-polishes it
+    against the measured per-rank error up to N times (:mod:`shardplan.search.refine`;
+    the profile's hardware must be this machine's).
     """
     from .search import DEFAULT_SEARCHER, get_searcher
 
@@ -67,7 +70,18 @@ def plan(tables: Iterable[Table | dict[str, Any]] | Task, world_size: int | None
         raise InputError("world_size", "is required with a list of tables", "pass world_size=<ranks>")
     else:
         task = make_task(tables, world_size, **task_fields)
-    return get_searcher(searcher or DEFAULT_SEARCHER, sharding_types).plan(task, estimator(profile), seed=seed)
+    if not isinstance(refine, int) or refine < 0:
+        raise InputError("refine", f"must be 0 (off) or a number of timings, got {refine!r}")
+    timer = None
+    if refine:
+        from .search.refine import measuring_timer, refine as refine_plan
+
+        timer = measuring_timer(profile)
+    chosen = get_searcher(searcher or DEFAULT_SEARCHER, sharding_types)
+    if timer is None:
+        return chosen.plan(task, estimator(profile), seed=seed)
+    plans = chosen.plan_shortlist(task, estimator(profile), seed=seed)
+    return refine_plan(plans[0], estimator(profile), timer, iterations=refine, alternatives=plans[1:])
 
 
 def evaluate(p: Plan, *, measure: bool = False, profile: str = "cpu-2c", rounds: int = 1) -> Plan:

@@ -29,10 +29,31 @@ class Searcher(ABC):
     @abstractmethod
     def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]: ...
 
+    def shortlist(self, task: Task, estimator: PlanEstimator, seed: int) -> list[list[TableSharding]]:
+        """The plans this searcher found, its pick first. Just :meth:`search`'s, unless a searcher keeps
+        runners-up close to its pick (which measured refinement times beside it)."""
+        return [self.search(task, estimator, seed)]
+
     def plan(self, task: Task, estimator: PlanEstimator, seed: int = 0) -> Plan:
         t0 = time.perf_counter()
         tables = self.search(task, estimator, seed)
+        return self._finish(task, tables, estimator, seed, time.perf_counter() - t0)
+
+    def plan_shortlist(self, task: Task, estimator: PlanEstimator, seed: int = 0) -> list[Plan]:
+        """:meth:`shortlist` as finished plans (validated, predicted cost attached), the pick first;
+        each plan's ``seconds`` is the whole search's."""
+        t0 = time.perf_counter()
+        found = self.shortlist(task, estimator, seed)
         seconds = time.perf_counter() - t0
+        out: list[Plan] = []
+        for tables in found:
+            plan = self._finish(task, tables, estimator, seed, seconds)
+            if all(plan.tables != p.tables for p in out):
+                out.append(plan)
+        return out
+
+    def _finish(self, task: Task, tables: list[TableSharding], estimator: PlanEstimator, seed: int,
+                seconds: float) -> Plan:
         order = {t.name: i for i, t in enumerate(task.tables)}
         plan = Plan(task=task, tables=tuple(sorted(tables, key=lambda s: order[s.name])))
         validate_plan(plan)

@@ -33,7 +33,7 @@ from ..memory import GB, shard_bytes
 from .base import Searcher, register
 from .placement import row_wise_shards
 from .placer import GRID, Placer, Unit, column_blocks, max_blocks
-from .polish import best_polished, polish
+from .polish import polish, polished_candidates
 
 def _require_incremental(estimator: PlanEstimator) -> None:
     if not hasattr(estimator.compute, "encode_shards"):
@@ -207,6 +207,10 @@ class NeuroShardBeam(Searcher):
         return out
 
     def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]:
+        return self.shortlist(task, estimator, seed)[0]
+
+    def shortlist(self, task: Task, estimator: PlanEstimator, seed: int) -> list[list[TableSharding]]:
+        """The last beam's plans, polished, predicted fastest first (the first is :meth:`search`'s)."""
         _require_incremental(estimator)
         placer = Placer(task, estimator)
         scored: dict[State, tuple[float, list[TableSharding]] | None] = {}
@@ -240,6 +244,6 @@ class NeuroShardBeam(Searcher):
             if done:
                 break
         if not self.pairwise_polish:
-            return scored[beam[0]][1]
+            return [scored[s][1] for s in beam]
         # The surviving states are close in predicted cost; the pairwise polish can reorder them.
-        return best_polished(task, estimator, [scored[s][1] for s in beam], placer)
+        return polished_candidates(task, estimator, [scored[s][1] for s in beam], placer)

@@ -69,8 +69,11 @@ def _units(task: Task, tables: list[TableSharding]) -> tuple[list[Unit], np.ndar
 class _State:
     """A plan under local search: where each unit sits, per-rank model sums, and the full predicted costs."""
 
-    def __init__(self, placer: Placer, units: list[Unit], where: np.ndarray, fixed: list[TableSharding]) -> None:
+    def __init__(self, placer: Placer, units: list[Unit], where: np.ndarray, fixed: list[TableSharding],
+                 scale: np.ndarray | None = None) -> None:
         self.placer, self.units, self.fixed = placer, units, fixed
+        # Per-rank factor on the model's compute (1 everywhere unless measurements corrected it).
+        self.scale = np.ones(placer.world) if scale is None else np.asarray(scale, float)
         self.codes, self.times, self.need = placer.unit_inputs(units)
         self.cols = np.array([u.num_cols for u in units], float)
         self.base = placer.fixed_sums(fixed)  # what the fixed tables put on each rank; never changes
@@ -100,7 +103,7 @@ class _State:
         self.tables = p.shardings(self.units, where, self.fixed)
         cost = p.est.estimate(Plan(task=p.task, tables=tuple(self.tables)))
         self.comm = np.array([r.comm_ms for r in cost.per_rank])
-        self.total = np.array([r.total_ms for r in cost.per_rank])
+        self.total = self.scale * np.array([r.compute_ms for r in cost.per_rank]) + self.comm
         # Comm per rank is close to linear in the rank's columns (what it sends); fit the slope here.
         x = self.rank_cols - self.rank_cols.mean()
         self.kappa = float(x @ (self.comm - self.comm.mean()) / (x @ x)) if (x @ x) > 0 else 0.0
@@ -119,8 +122,9 @@ class _State:
         # Moves: unit u from a to a lighter rank b.
         a_minus, b_plus = self.placer.move_costs((self.code_sum, self.time_sum, self.count), self.codes[mine],
                                                  self.times[mine], a, lighter)
-        a_after = a_minus + self.comm[a] - self.kappa * self.cols[mine]
-        b_after = b_plus + self.comm[lighter][None] + self.kappa * self.cols[mine][:, None]
+        sa, sb = self.scale[a], self.scale[lighter]
+        a_after = sa * a_minus + self.comm[a] - self.kappa * self.cols[mine]
+        b_after = sb[None] * b_plus + self.comm[lighter][None] + self.kappa * self.cols[mine][:, None]
         pair = np.maximum(a_after[:, None], b_after)
         pair[self.mem[lighter][None] + self.need[mine][:, None] > cap] = np.inf
         out += [(float(pair[k, j]), int(mine[k]), -1 - int(lighter[j])) for k, j in zip(*np.nonzero(pair < bar))]
@@ -136,7 +140,8 @@ class _State:
             b_sw = model.combine((self.code_sum[b][None] - dc).reshape(n * v, -1),
                                  (self.time_sum[b][None] - dt).reshape(n * v, -1),
                                  np.tile(self.count[b], n)).sum(axis=1).reshape(n, v)
-            pair = np.maximum(a_sw + self.comm[a] + self.kappa * dcols, b_sw + self.comm[b][None] - self.kappa * dcols)
+            pair = np.maximum(sa * a_sw + self.comm[a] + self.kappa * dcols,
+                              self.scale[b][None] * b_sw + self.comm[b][None] - self.kappa * dcols)
             dneed = self.need[theirs][None] - self.need[mine][:, None]
             pair[(self.mem[a] + dneed > cap) | (self.mem[b][None] - dneed > cap)] = np.inf
             out += [(float(pair[k, j]), int(mine[k]), int(theirs[j])) for k, j in zip(*np.nonzero(pair < bar))]
@@ -154,17 +159,19 @@ class _State:
 
 
 def polish(task: Task, estimator: PlanEstimator, tables: list[TableSharding], placer: Placer | None = None,
-           max_steps: int | None = None) -> list[TableSharding]:
+           max_steps: int | None = None, rank_scale: np.ndarray | None = None) -> list[TableSharding]:
     """``tables`` improved by single-unit moves and pairwise swaps (see the module docstring).
 
     Deterministic; never returns a plan predicted slower than the one given.
     At most ``max_steps`` changes (default: twice the units, plus 10).
+    ``rank_scale`` multiplies each rank's predicted compute (a rank's measured-over-predicted
+    factor, :mod:`.refine`); the factor stays with the rank as units move on and off it.
     """
     placer = placer or Placer(task, estimator)
     units, where, fixed = _units(task, tables)
     if len(units) < 2 or task.topology.world_size < 2:
         return tables
-    state = _State(placer, units, where, fixed)
+    state = _State(placer, units, where, fixed, rank_scale)
     for _ in range(max_steps if max_steps is not None else 2 * len(units) + 10):
         better = state.improved()
         if better is None:
@@ -173,15 +180,22 @@ def polish(task: Task, estimator: PlanEstimator, tables: list[TableSharding], pl
     return state.tables
 
 
-def best_polished(task: Task, estimator: PlanEstimator, candidates: list[list[TableSharding]],
-                  placer: Placer | None = None) -> list[TableSharding]:
-    """Each candidate polished; the one predicted fastest (the earliest on a tie). Past
-    :data:`POLISH_ALL_MAX_UNITS` movable units, only the candidate predicted fastest is polished."""
+def polished_candidates(task: Task, estimator: PlanEstimator, candidates: list[list[TableSharding]],
+                        placer: Placer | None = None) -> list[list[TableSharding]]:
+    """Each candidate polished, predicted fastest first (the earlier on a tie). Past
+    :data:`POLISH_ALL_MAX_UNITS` movable units, only the candidate predicted fastest is polished and returned."""
     placer = placer or Placer(task, estimator)
     cost = lambda tables: estimator.estimate(Plan(task=task, tables=tuple(tables))).max_ms  # noqa: E731
     if len(candidates) > 1 and len(_units(task, candidates[0])[0]) > POLISH_ALL_MAX_UNITS:
         candidates = [candidates[int(np.argmin([cost(c) for c in candidates]))]]
     polished = [polish(task, estimator, c, placer) for c in candidates]
     if len(polished) == 1:  # nothing to choose between: skip a full estimate
-        return polished[0]
-    return polished[int(np.argmin([cost(c) for c in polished]))]
+        return polished
+    costs = [cost(c) for c in polished]
+    return [polished[i] for i in sorted(range(len(polished)), key=lambda i: (costs[i], i))]
+
+
+def best_polished(task: Task, estimator: PlanEstimator, candidates: list[list[TableSharding]],
+                  placer: Placer | None = None) -> list[TableSharding]:
+    """The first of :func:`polished_candidates`: the polished candidate predicted fastest."""
+    return polished_candidates(task, estimator, candidates, placer)[0]
