@@ -1,4 +1,6 @@
 """Measured refinement, against a stand-in "hardware" whose error from the model is known by construction."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -77,6 +79,42 @@ def test_refine_keeps_a_plan_the_hardware_agrees_with() -> None:
     out = refine(plan, est, timer, iterations=3)
     assert out.tables == plan.tables
     assert calls == [1] and out.search["refine"]["final_measured_ms"] is None
+
+
+def test_refine_starts_from_the_alternative_measured_fastest() -> None:
+    """A runner-up that the hardware likes better than the pick is where the loop starts; both are timed first."""
+    task = _task()
+    est = PlanEstimator(AdditiveModel(), NoComm(), "cpu-2c", "additive")
+    pick = _balanced_plan(task, est)
+    # The runner-up: the pick with HOT moved to the other rank, a plan the hardware times differently.
+    tables = [replace(ts, shards=tuple(replace(sh, rank=1 - sh.rank) for sh in ts.shards)) if ts.name == HOT else ts
+              for ts in pick.tables]
+    runner_up = Plan(task=task, tables=tuple(tables), cost=est.estimate(Plan(task=task, tables=tuple(tables))))
+    assert plan_problems(runner_up) == [] and _true_ms(runner_up).max() != _true_ms(pick).max()
+    timer = lambda plans: [_true_ms(p) for p in plans]  # noqa: E731
+    out = refine(pick, est, timer, iterations=1, alternatives=[runner_up, pick])
+    rec = out.search["refine"]
+    assert rec["alternatives"] == 1 and len(rec["first_measured_ms"]) == 2  # the duplicate pick is dropped
+    start = int(np.argmin(rec["first_measured_ms"]))
+    assert rec["iterations"][0]["measured_compute_ms"] == [round(float(x), 3) for x in _true_ms([pick, runner_up][start])]
+    assert _true_ms(out).max() <= min(rec["first_measured_ms"]) + 1e-9
+    other = Task("other", task.tables[:-1], task.topology, batch_size_per_rank=1)
+    with pytest.raises(InputError, match="alternatives"):
+        refine(pick, est, timer, alternatives=[Plan(task=other, tables=pick.tables[:-1])])
+
+
+def test_neuroshard_shortlist_starts_with_its_plan(task_dict, model_path) -> None:
+    from shardplan.cost.estimator import load_estimator
+    from shardplan.formats import load_task
+    from shardplan.search import get_searcher
+
+    task, est = load_task(task_dict), load_estimator("cpu-2c", model_path)
+    searcher = get_searcher("neuroshard")
+    plans = searcher.plan_shortlist(task, est)
+    assert plans[0].tables == searcher.plan(task, est).tables
+    assert all(plan_problems(p) == [] for p in plans)
+    costs = [p.cost.max_ms for p in plans]
+    assert costs == sorted(costs) and len({p.tables for p in plans}) == len(plans)
 
 
 def test_refine_refuses_bad_settings() -> None:
