@@ -170,11 +170,9 @@ def _make_plan(searcher, task, args: argparse.Namespace):
     est = _estimator(args)
     if not args.refine:
         return searcher.plan(task, est, seed=args.seed)
-    from .search.refine import measuring_timer, refine
+    from .search.refine import plan_refined
 
-    timer = measuring_timer(args.profile)  # refuses a profile whose hardware is not here, before planning
-    plans = searcher.plan_shortlist(task, est, seed=args.seed)
-    out = refine(plans[0], est, timer, iterations=args.refine, alternatives=plans[1:])
+    out = plan_refined(searcher, task, est, args.profile, seed=args.seed, iterations=args.refine)
     rec = out.search["refine"]
     final = rec["final_measured_ms"]
     print(f"refined in {rec['seconds']:.0f} s: " + (
@@ -376,8 +374,8 @@ def add_refine(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--refine", type=times, default=0, metavar="N",
                         help="time the plan (and the searcher's runners-up) on this machine's kernels and "
                              "re-polish it against the measured per-rank error, up to N times; keeps the plan "
-                             "measured fastest "
-                             "(about 15-90 s; not a function of the seed alone: the timings are recorded)")
+                             "measured fastest (about a minute a cpu-bench task; not a function of the seed "
+                             "alone: the timings are recorded in the plan)")
 
 
 def add_wait_fit(parser: argparse.ArgumentParser, zero_or_after: str) -> None:

@@ -72,16 +72,12 @@ def plan(tables: Iterable[Table | dict[str, Any]] | Task, world_size: int | None
         task = make_task(tables, world_size, **task_fields)
     if not isinstance(refine, int) or refine < 0:
         raise InputError("refine", f"must be 0 (off) or a number of timings, got {refine!r}")
-    timer = None
-    if refine:
-        from .search.refine import measuring_timer, refine as refine_plan
-
-        timer = measuring_timer(profile)
     chosen = get_searcher(searcher or DEFAULT_SEARCHER, sharding_types)
-    if timer is None:
+    if not refine:
         return chosen.plan(task, estimator(profile), seed=seed)
-    plans = chosen.plan_shortlist(task, estimator(profile), seed=seed)
-    return refine_plan(plans[0], estimator(profile), timer, iterations=refine, alternatives=plans[1:])
+    from .search.refine import plan_refined
+
+    return plan_refined(chosen, task, estimator(profile), profile, seed=seed, iterations=refine)
 
 
 def evaluate(p: Plan, *, measure: bool = False, profile: str = "cpu-2c", rounds: int = 1) -> Plan:

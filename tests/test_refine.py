@@ -124,6 +124,11 @@ def test_refine_refuses_bad_settings() -> None:
         refine(_balanced_plan(task, est), est, lambda ps: [], iterations=0)
     with pytest.raises(InputError, match="GPU"):
         measuring_timer("h100")
+    import shardplan
+
+    with pytest.raises(InputError, match="refine"):  # the API's door, before any planning or timing
+        shardplan.plan([{"name": "a", "num_embeddings": 100, "embedding_dim": 8, "pooling_factor": 1.0}], 2,
+                       refine=-1)
 
 
 def test_cli_plan_refine_times_real_kernels_and_records_it(tmp_path, task_dict, model_path, capsys) -> None:

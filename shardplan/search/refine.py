@@ -34,8 +34,9 @@ import numpy as np
 
 from ..cost.estimator import PlanEstimator
 from ..cost.specs import canonical, rank_specs
-from ..domain import Plan
+from ..domain import Plan, Task
 from ..errors import InputError
+from .base import Searcher
 from .polish import polish
 
 #: Times plans' ranks on real kernels, interleaved: per plan, each rank's compute (fwd + bwd) in ms.
@@ -127,3 +128,14 @@ def refine(plan: Plan, estimator: PlanEstimator, timer: RankTimer, iterations: i
     search = dict(plan.search or {})
     search["refine"] = record
     return replace(best, cost=estimator.estimate(best), measured_cost=None, search=search)
+
+
+def plan_refined(searcher: Searcher, task: Task, estimator: PlanEstimator, profile: str, seed: int = 0,
+                 iterations: int = 3) -> Plan:
+    """``searcher``'s shortlist of ``task``, refined on this machine's kernels: its pick with the
+    runners-up as alternatives (what ``--refine N`` and ``shardplan.plan(refine=N)`` do)."""
+    if iterations < 1:
+        raise InputError("iterations", f"must be at least 1, got {iterations}")
+    timer = measuring_timer(profile)  # refuses a profile whose hardware is not here, before any planning
+    plans = searcher.plan_shortlist(task, estimator, seed)
+    return refine(plans[0], estimator, timer, iterations=iterations, alternatives=plans[1:])
