@@ -91,7 +91,7 @@ def test_lex_smaller_compares_sorted_costs_from_the_slowest_rank_down() -> None:
     assert not _lex_smaller(np.array([10.001, 1.0]), np.array([10.0, 5.0]))  # the plan cost may not rise at all
 
 
-def test_best_polished_polishes_only_the_best_candidate_past_the_unit_limit(monkeypatch) -> None:
+def test_polished_candidates_polishes_only_the_best_candidate_past_the_unit_limit(monkeypatch) -> None:
     import shardplan.search.polish as polish_mod
 
     task = _task()
@@ -105,9 +105,9 @@ def test_best_polished_polishes_only_the_best_candidate_past_the_unit_limit(monk
     real = polish_mod.polish
     monkeypatch.setattr(polish_mod, "polish", lambda t, e, tables, p=None: seen.append(tables) or real(t, e, tables, p))
 
-    polish_mod.best_polished(task, est, [worse, good])
+    polish_mod.polished_candidates(task, est, [worse, good])
     assert seen == [worse, good]  # 7 units: every candidate polished
     seen.clear()
     monkeypatch.setattr(polish_mod, "POLISH_ALL_MAX_UNITS", 6)
-    out = polish_mod.best_polished(task, est, [worse, good])
+    out = polish_mod.polished_candidates(task, est, [worse, good])[0]
     assert seen == [good] and est.estimate(Plan(task, tuple(out))).max_ms <= 15.0

@@ -11,6 +11,12 @@ from ..errors import InfeasibleError, InputError
 from ..validate import validate_plan
 
 
+def in_task_order(task: Task, tables: Iterable[TableSharding]) -> Plan:
+    """A plan of ``tables`` listed in the task's table order (how plan files list them)."""
+    order = {t.name: i for i, t in enumerate(task.tables)}
+    return Plan(task=task, tables=tuple(sorted(tables, key=lambda s: order[s.name])))
+
+
 class Searcher(ABC):
     """Finds a plan for a task. Subclasses implement :meth:`search`; :meth:`plan` wraps it.
 
@@ -54,8 +60,7 @@ class Searcher(ABC):
 
     def _finish(self, task: Task, tables: list[TableSharding], estimator: PlanEstimator, seed: int,
                 seconds: float) -> Plan:
-        order = {t.name: i for i, t in enumerate(task.tables)}
-        plan = Plan(task=task, tables=tuple(sorted(tables, key=lambda s: order[s.name])))
+        plan = in_task_order(task, tables)
         validate_plan(plan)
         if self.sharding_types is not None:
             bad = [f"{t.name} ({t.sharding_type})" for t in plan.tables if t.sharding_type not in self.sharding_types]

@@ -34,7 +34,7 @@ TOLERANCE = 1e-3
 BUSY_RANKS = 8
 #: Candidates checked with the full estimator per step before giving up.
 VERIFY = 6
-#: :func:`best_polished` polishes every candidate plan up to this many movable units, and beyond it
+#: :func:`polished_candidates` polishes every candidate plan up to this many movable units, and beyond it
 #: only the one predicted fastest before polishing: a polish's work grows with units times ranks
 #: (856 tables on 128 ranks: about 17 s per candidate plan on this 2-core machine).
 POLISH_ALL_MAX_UNITS = 256
@@ -194,8 +194,3 @@ def polished_candidates(task: Task, estimator: PlanEstimator, candidates: list[l
     costs = [cost(c) for c in polished]
     return [polished[i] for i in sorted(range(len(polished)), key=lambda i: (costs[i], i))]
 
-
-def best_polished(task: Task, estimator: PlanEstimator, candidates: list[list[TableSharding]],
-                  placer: Placer | None = None) -> list[TableSharding]:
-    """The first of :func:`polished_candidates`: the polished candidate predicted fastest."""
-    return polished_candidates(task, estimator, candidates, placer)[0]

@@ -36,7 +36,7 @@ from ..cost.estimator import PlanEstimator
 from ..cost.specs import canonical, rank_specs
 from ..domain import Plan, Task
 from ..errors import InputError
-from .base import Searcher
+from .base import Searcher, in_task_order
 from .polish import polish
 
 #: Times plans' ranks on real kernels, interleaved: per plan, each rank's compute (fwd + bwd) in ms.
@@ -109,8 +109,7 @@ def refine(plan: Plan, estimator: PlanEstimator, timer: RankTimer, iterations: i
                       "factor": [round(float(x), 4) for x in scale]})
         tables = polish(task, estimator, list(current.tables), max_steps=2 * world if moves is None else moves,
                         rank_scale=scale)
-        order = {t.name: i for i, t in enumerate(task.tables)}
-        nxt = Plan(task=task, tables=tuple(sorted(tables, key=lambda s: order[s.name])))
+        nxt = in_task_order(task, tables)
         if any(nxt.tables == p.tables for p in visited):
             break
         visited.append(nxt)
