@@ -72,7 +72,7 @@ def test_polish_swaps_a_cheap_large_table_off_a_memory_full_light_rank() -> None
     code_sum, time_sum, count, mem = (x.copy() for x in sums[:4])
     for i, r in enumerate(where):
         code_sum[r] += codes[i]; time_sum[r] += times[i]; count[r] += 1; mem[r] += need[i]  # noqa: E702
-    placer.refine(units, where, codes, times, need, code_sum, time_sum, count, mem)
+    placer.refine(units, where, codes, times, need, (code_sum, time_sum, count, sums[5]), mem)
     moved_only = est.estimate(Plan(task, tuple(placer.shardings(units, where, fixed)))).max_ms
     assert moved_only == 20.0
 

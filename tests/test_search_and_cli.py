@@ -351,3 +351,22 @@ def test_cli_evaluate_calibrate_uses_neighbour_calibration(tmp_path, task_dict, 
         assert rc.fwd_comm_ms == pytest.approx(plan.cost.per_rank[r].fwd_comm_ms)
     assert "neighbour calibration" in plan.measured_cost.extra["compute"]
     assert plan.measured_cost.extra["calibration_factor_per_rank"][used[0]] == pytest.approx(2.0)
+
+
+def test_placer_sums_price_data_parallel_replicas_as_the_model_does(plan_dict, estimator):
+    """The searchers' running sums must give every rank the model's whole-rank figure. A rank with
+    data-parallel replicas (the local batch) beside sharded tables (the global batch) runs two ops,
+    which the model prices apart and adds; the sums keep the replicas out and add them back."""
+    from shardplan.cost.specs import rank_specs
+    from shardplan.domain import Plan
+    from shardplan.search.placer import Placer
+
+    assert estimator.compute.split_batches
+    plan_dict["tables"][0] = {"name": "a", "sharding_type": "data_parallel", "compute_kernel": "fused", "shards": [
+        {"rank": r, "row_offset": 0, "num_rows": 1000, "col_offset": 0, "num_cols": 16} for r in (0, 1)]}
+    plan = load_plan(plan_dict)
+    placer = Placer(plan.task, estimator)
+    code_sum, time_sum, count, _, _, apart = placer.fixed_sums(list(plan.tables))
+    assert (apart > 0).all() and count.tolist() == [2, 2]  # b's and c's shards summed, a's apart
+    whole = [f + b for f, b in estimator.rank_compute(rank_specs(Plan(plan.task, plan.tables)))]
+    assert placer.ms(code_sum, time_sum, count, apart) == pytest.approx(whole, rel=1e-4)

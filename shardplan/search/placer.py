@@ -14,7 +14,7 @@ import numpy as np
 from ..cost.estimator import PlanEstimator
 from ..cost.specs import ShardSpec, shard_spec
 from ..domain import Plan, Shard, Table, TableSharding, Task
-from ..memory import GB, shard_bytes
+from ..memory import GB, shard_batch, shard_bytes
 
 GRID = (1.0, 1.1, 1.25, 1.5, 2.0, float("inf"))
 
@@ -57,6 +57,10 @@ class Placer:
         self.world = task.topology.world_size
         self.cap = task.topology.memory_per_rank_gb * GB
         self._enc: dict[ShardSpec, tuple[np.ndarray, np.ndarray]] = {}
+        # Units are fed the global batch. A model that prices each batch size's shards as an op of their
+        # own (data-parallel replicas: the local batch) must not have those summed in with the units.
+        self.main_batch = shard_batch(task, "table_wise")
+        self.split_batches = bool(getattr(self.model, "split_batches", False))
 
     def encode(self, specs: list[ShardSpec]) -> tuple[np.ndarray, np.ndarray]:
         missing = [s for s in dict.fromkeys(specs) if s not in self._enc]
@@ -75,7 +79,7 @@ class Placer:
         strands), each to the feasible rank whose predicted cost stays lowest.
         """
         world = self.world
-        code_sum, time_sum, count, mem, dims = self.fixed_sums(fixed)
+        code_sum, time_sum, count, mem, dims, apart = self.fixed_sums(fixed)
         if (mem > self.cap).any():
             return None
         codes, times, need = self.unit_inputs(units)
@@ -89,8 +93,8 @@ class Placer:
                 return None
             balanced = ok & (dims + units[i].num_cols <= dim_cap)
             cand = np.flatnonzero(balanced if balanced.any() else ok)
-            ms = self.model.combine(code_sum[cand] + codes[i], time_sum[cand] + times[i], count[cand] + 1)
-            r = int(cand[int(np.argmin(ms.sum(axis=1)))])
+            ms = self.ms(code_sum[cand] + codes[i], time_sum[cand] + times[i], count[cand] + 1, apart[cand])
+            r = int(cand[int(np.argmin(ms))])
             where[i] = r
             code_sum[r] += codes[i]
             time_sum[r] += times[i]
@@ -98,28 +102,41 @@ class Placer:
             mem[r] += need[i]
             dims[r] += units[i].num_cols
         if units:
-            self.refine(units, where, codes, times, need, code_sum, time_sum, count, mem)
+            self.refine(units, where, codes, times, need, (code_sum, time_sum, count, apart), mem)
         return self.shardings(units, where, fixed)
+
+    def ms(self, code_sum: np.ndarray, time_sum: np.ndarray, count: np.ndarray, apart: np.ndarray) -> np.ndarray:
+        """Predicted fwd+bwd ms ``[m]`` of ``m`` ranks from their running sums: the fused op over the
+        summed shards, plus ``apart``, the ms of what those ranks run as other ops (:meth:`fixed_sums`)."""
+        return self.model.combine(code_sum, time_sum, count).sum(axis=1) + apart
 
     def fixed_sums(self, fixed: list[TableSharding]) -> tuple[np.ndarray, ...]:
         """Per rank, what the already-placed shards put there: summed codes, summed own times,
-        shard count, bytes and summed dims (the starting point of every placement)."""
+        shard count, bytes, summed dims (the starting point of every placement), and the predicted
+        fwd+bwd ms of the shards fed another batch than the units, where the model prices those as an
+        op of their own (data-parallel replicas; 0 otherwise), which no placement changes."""
         task, world = self.task, self.world
         code_sum = np.zeros((world, self.model.code), np.float32)
         time_sum = np.zeros((world, 2), np.float32)
         count = np.zeros(world, np.float32)
         mem = np.zeros(world)
         dims = np.zeros(world)
+        apart_specs: list[list[ShardSpec]] = [[] for _ in range(world)]
         for ts in fixed:
             t = task.table(ts.name)
             for sh in ts.shards:
-                c, tm = self.encode([shard_spec(task, t, ts.sharding_type, sh)])
+                mem[sh.rank] += shard_bytes(task, t, ts.sharding_type, sh)
+                dims[sh.rank] += sh.num_cols
+                spec = shard_spec(task, t, ts.sharding_type, sh)
+                if self.split_batches and spec.batch_size != self.main_batch:
+                    apart_specs[sh.rank].append(spec)
+                    continue
+                c, tm = self.encode([spec])
                 code_sum[sh.rank] += c[0]
                 time_sum[sh.rank] += tm[0]
                 count[sh.rank] += 1
-                mem[sh.rank] += shard_bytes(task, t, ts.sharding_type, sh)
-                dims[sh.rank] += sh.num_cols
-        return code_sum, time_sum, count, mem, dims
+        apart = np.array([f + b for f, b in self.est.rank_compute(apart_specs)])
+        return code_sum, time_sum, count, mem, dims, apart
 
     def table_costs(self) -> np.ndarray:
         """Each table's predicted fwd+bwd ms alone on a rank, whole (in task order)."""
@@ -147,35 +164,36 @@ class Placer:
                                      tuple(sorted(shs, key=lambda s: s.col_offset))))
         return out
 
-    def move_costs(self, sums: tuple[np.ndarray, np.ndarray, np.ndarray], codes: np.ndarray, times: np.ndarray,
-                   src: int, dsts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def move_costs(self, sums: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], codes: np.ndarray,
+                   times: np.ndarray, src: int, dsts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each unit (its ``codes`` and ``times`` rows) now on rank ``src``: the predicted fwd+bwd ms of
         ``src`` without it ``[n]``, and of each rank in ``dsts`` with it ``[n, len(dsts)]``.
 
-        ``sums`` are the per-rank running sums (codes, own times, shard counts) the placement keeps.
+        ``sums`` are the per-rank running sums (codes, own times, shard counts) the placement keeps,
+        and the ms priced apart (:meth:`fixed_sums`).
         """
-        code_sum, time_sum, count = sums
+        code_sum, time_sum, count, apart = sums
         n, m = len(codes), len(dsts)
-        without = self.model.combine(code_sum[src] - codes, time_sum[src] - times,
-                                     np.full(n, count[src] - 1)).sum(axis=1)
-        with_unit = self.model.combine((code_sum[dsts][None] + codes[:, None]).reshape(n * m, -1),
-                                       (time_sum[dsts][None] + times[:, None]).reshape(n * m, -1),
-                                       np.tile(count[dsts] + 1, n)).sum(axis=1).reshape(n, m)
+        without = self.ms(code_sum[src] - codes, time_sum[src] - times, np.full(n, count[src] - 1), apart[src])
+        with_unit = self.ms((code_sum[dsts][None] + codes[:, None]).reshape(n * m, -1),
+                            (time_sum[dsts][None] + times[:, None]).reshape(n * m, -1),
+                            np.tile(count[dsts] + 1, n), np.tile(apart[dsts], n)).reshape(n, m)
         return without, with_unit
 
     def refine(self, units: list[Unit], where: np.ndarray, codes: np.ndarray, times: np.ndarray,
-               need: np.ndarray, code_sum: np.ndarray, time_sum: np.ndarray, count: np.ndarray,
+               need: np.ndarray, sums: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
                mem: np.ndarray) -> None:
-        """Move units off the predicted-slowest rank while that lowers the pair's larger cost (in place)."""
+        """Move units off the predicted-slowest rank while that lowers the pair's larger cost (in place;
+        ``sums``: codes, own times, counts and the ms priced apart, as :meth:`move_costs` takes them)."""
         world = self.world
+        code_sum, time_sum, count, _ = sums
         for _ in range(2 * len(units)):
-            rank_ms = self.model.combine(code_sum, time_sum, count).sum(axis=1)
+            rank_ms = self.ms(*sums)
             src = int(np.argmax(rank_ms))
             mine = np.flatnonzero(where == src)
             if len(mine) == 0:
                 return
-            src_after, dst_after = self.move_costs((code_sum, time_sum, count), codes[mine], times[mine], src,
-                                                   np.arange(world))
+            src_after, dst_after = self.move_costs(sums, codes[mine], times[mine], src, np.arange(world))
             new_max = np.maximum(src_after[:, None], dst_after)
             fits = mem[None, :] + need[mine][:, None] <= self.cap
             new_max[~fits] = np.inf

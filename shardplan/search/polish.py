@@ -94,7 +94,7 @@ class _State:
     def set_where(self, where: np.ndarray) -> None:
         p = self.placer
         self.where = where
-        self.code_sum, self.time_sum, self.count, self.mem, fixed_cols = (x.copy() for x in self.base)
+        self.code_sum, self.time_sum, self.count, self.mem, fixed_cols, self.apart = (x.copy() for x in self.base)
         np.add.at(self.code_sum, where, self.codes)
         np.add.at(self.time_sum, where, self.times)
         np.add.at(self.count, where, 1)
@@ -111,7 +111,7 @@ class _State:
     def candidates(self, a: int) -> list[tuple[float, int, int]]:
         """(estimated cost of the pair, unit on ``a``, partner) of changes that relieve busy rank ``a``,
         best first; the partner is a unit to swap with, or ``-1 - rank`` for a move to that rank."""
-        model, cap = self.placer.model, self.placer.cap
+        p, cap = self.placer, self.placer.cap
         bar = self.total[a] * (1 - TOLERANCE)  # what the pair's slower rank must get under
         mine = np.flatnonzero(self.where == a)
         lighter = np.flatnonzero(self.total < bar)
@@ -120,7 +120,8 @@ class _State:
         out: list[tuple[float, int, int]] = []
         n = len(mine)
         # Moves: unit u from a to a lighter rank b.
-        a_minus, b_plus = self.placer.move_costs((self.code_sum, self.time_sum, self.count), self.codes[mine],
+        a_minus, b_plus = self.placer.move_costs((self.code_sum, self.time_sum, self.count, self.apart),
+                                                 self.codes[mine],
                                                  self.times[mine], a, lighter)
         sa, sb = self.scale[a], self.scale[lighter]
         a_after = sa * a_minus + self.comm[a] - self.kappa * self.cols[mine]
@@ -135,11 +136,10 @@ class _State:
             dc = self.codes[theirs][None] - self.codes[mine][:, None]  # [n, v]: v into a, u out of a
             dt = self.times[theirs][None] - self.times[mine][:, None]
             dcols = self.cols[theirs][None] - self.cols[mine][:, None]
-            a_sw = model.combine((self.code_sum[a] + dc).reshape(n * v, -1), (self.time_sum[a] + dt).reshape(n * v, -1),
-                                 np.full(n * v, self.count[a])).sum(axis=1).reshape(n, v)
-            b_sw = model.combine((self.code_sum[b][None] - dc).reshape(n * v, -1),
-                                 (self.time_sum[b][None] - dt).reshape(n * v, -1),
-                                 np.tile(self.count[b], n)).sum(axis=1).reshape(n, v)
+            a_sw = p.ms((self.code_sum[a] + dc).reshape(n * v, -1), (self.time_sum[a] + dt).reshape(n * v, -1),
+                        np.full(n * v, self.count[a]), np.full(n * v, self.apart[a])).reshape(n, v)
+            b_sw = p.ms((self.code_sum[b][None] - dc).reshape(n * v, -1), (self.time_sum[b][None] - dt).reshape(n * v, -1),
+                        np.tile(self.count[b], n), np.tile(self.apart[b], n)).reshape(n, v)
             pair = np.maximum(sa * a_sw + self.comm[a] + self.kappa * dcols,
                               self.scale[b][None] * b_sw + self.comm[b][None] - self.kappa * dcols)
             dneed = self.need[theirs][None] - self.need[mine][:, None]

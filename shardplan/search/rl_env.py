@@ -55,8 +55,8 @@ class PlacementEnv:
         self.reset()
 
     def reset(self) -> "PlacementEnv":
-        self.code_sum, self.time_sum, self.count, self.mem, self.dims = (a.copy() for a in self._start)
-        self.rank_ms = self.placer.model.combine(self.code_sum, self.time_sum, self.count).sum(axis=1)
+        self.code_sum, self.time_sum, self.count, self.mem, self.dims, self.apart = (a.copy() for a in self._start)
+        self.rank_ms = self.placer.ms(self.code_sum, self.time_sum, self.count, self.apart)
         self.where = np.full(len(self.units), -1)
         self.step_index = 0
         self.overflowed = False
@@ -69,8 +69,8 @@ class PlacementEnv:
     def observe(self) -> tuple[np.ndarray, np.ndarray]:
         """Features ``[world, len(RANK_FEATURES)]`` for placing the next unit, and the feasible-rank mask."""
         i = self.step_index
-        after = self.placer.model.combine(self.code_sum + self.codes[i], self.time_sum + self.times[i],
-                                          self.count + 1).sum(axis=1)
+        after = self.placer.ms(self.code_sum + self.codes[i], self.time_sum + self.times[i], self.count + 1,
+                               self.apart)
         mask = self.mem + self.need[i] <= self.cap
         if mask.any() and self._tight(i):  # keep only ranks after which the rest still packs
             safe = np.array([m and self._rest_packs(i, r) for r, m in enumerate(mask)])
@@ -130,5 +130,5 @@ class PlacementEnv:
     def refine(self) -> None:
         """The grid search's local improvement: move tables off the predicted-slowest rank while it helps."""
         if len(self.units):
-            self.placer.refine(self.units, self.where, self.codes, self.times, self.need, self.code_sum,
-                                self.time_sum, self.count, self.mem)
+            self.placer.refine(self.units, self.where, self.codes, self.times, self.need,
+                               (self.code_sum, self.time_sum, self.count, self.apart), self.mem)
