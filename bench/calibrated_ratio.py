@@ -20,9 +20,6 @@ FBGEMM CPU kernels; predicted: the committed neural model. Writes
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import shlex
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -30,11 +27,12 @@ import pandas as pd
 from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
-from shardplan.cost.profiles import load1, machine_stamp
+from shardplan.cost.profiles import load1
 from shardplan.errors import InputError
 from shardplan.execute.measure import measure_plan_calibrated
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import DEFAULT_SEARCHER, get_searcher
+from provenance import provenance  # a sibling: bench/ is on sys.path when run
 
 BALANCED = 1.10
 
@@ -74,12 +72,10 @@ def main() -> None:
     ours = df[df.searcher == DEFAULT_SEARCHER]
     balanced = int((ours.imbalance <= BALANCED).sum())
     md = [f"# `{DEFAULT_SEARCHER}` against TorchRec on `{args.suite}`, every rank neighbour-calibrated", "",
-          f"Command: `.venv/bin/python bench/calibrated_ratio.py {shlex.join(sys.argv[1:])}`  ",
-          f"Date {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine_stamp()['cpu_model']}, load "
-          f"{load_before:.2f} before / {load1():.2f} after; the reference read {df.reference_slowdown.median():.2f}x "
+          *provenance(load_before, f"; the reference read {df.reference_slowdown.median():.2f}x "
           f"quiet (median over plans). Measured: per-rank compute on real FBGEMM CPU kernels, each rank timed "
           f"beside stored ranks like it and divided by their measured-over-label ratio ({args.rounds} round(s)), "
-          "plus comm from the comm model; predicted: the committed neural model plus the same comm model.", "",
+          "plus comm from the comm model; predicted: the committed neural model plus the same comm model."), "",
           f"**{DEFAULT_SEARCHER} / TorchRec: {ratio:.3f}** measured (predicted {pratio:.3f}), geometric mean over "
           f"the {len(both)} tasks TorchRec plans; {DEFAULT_SEARCHER} balanced (max/mean <= {BALANCED}) on "
           f"{balanced} of {len(ours)} tasks.", "",

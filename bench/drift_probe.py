@@ -18,8 +18,6 @@ predicted = the profile's neural model. Writes
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import shlex
 import sys
 from pathlib import Path
 
@@ -29,11 +27,12 @@ from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.kernel import slowdown, time_specs_bracketed
-from shardplan.cost.profiles import get_profile, load1, machine_stamp, reference_ms
+from shardplan.cost.profiles import get_profile, load1, reference_ms
 from shardplan.cost.specs import rank_specs
 from shardplan.execute.measure import MEASURE_ID_SEED
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import get_searcher
+from provenance import provenance  # a sibling: bench/ is on sys.path when run
 
 
 def main() -> None:
@@ -72,9 +71,7 @@ def main() -> None:
                                       divided_median=("divided_ms", "median"), divided_min=("divided_ms", "min"),
                                       predicted=("predicted_ms", "first"))
     md = "\n".join([f"# Drift probe: {args.searcher} plan of `{task.name}`", "",
-                    f"Command: `.venv/bin/python bench/drift_probe.py {shlex.join(sys.argv[1:])}`  ",
-                    f"Date {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine_stamp()['cpu_model']}, "
-                    f"load {load_before:.2f} before / {load1():.2f} after; quiet reference {quiet:.3f} ms.", "",
+                    *provenance(load_before, f"; quiet reference {quiet:.3f} ms."), "",
                     "Per rank over all timings:", "", per_rank.to_markdown(floatfmt=".2f"), "",
                     "Every timing:", "", df.to_markdown(index=False, floatfmt=".2f"), ""])
     print(md)

@@ -16,21 +16,19 @@ in the bench); predicted = each model's own figure. Writes
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import shlex
-import sys
 from pathlib import Path
 
 import pandas as pd
 from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
-from shardplan.cost.profiles import load1, machine_stamp
+from shardplan.cost.profiles import load1
 from shardplan.errors import InputError
 from shardplan.execute.bench import geomean_vs
 from shardplan.execute.measure import measure_plans
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import DEFAULT_SEARCHER, get_searcher
+from provenance import provenance  # a sibling: bench/ is on sys.path when run
 
 
 def main() -> None:
@@ -73,10 +71,7 @@ def main() -> None:
     b_over_a = geomean_vs(by_plan, "A").set_index("searcher").loc["B", "geomean_vs_A"]
     print(f"B over A, measured (geomean over {len(wide)} tasks): {b_over_a:.3f}")
     md = [f"# Model A/B on `{args.suite}`: {args.name}", "",
-          f"Command: `.venv/bin/python bench/model_ab.py {shlex.join(sys.argv[1:])}`  ",
-          f"Date {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine_stamp()['cpu_model']}, "
-          f"load {load_before:.2f} before / {load1():.2f} after; divisor per task "
-          f"{df.slowdown.min():.2f}-{df.slowdown.max():.2f}x.", "",
+          *provenance(load_before, f"; divisor per task {df.slowdown.min():.2f}-{df.slowdown.max():.2f}x."), "",
           f"Plans of `{DEFAULT_SEARCHER}` under each model and TorchRec's plan, measured in one call per task "
           f"({args.rounds} rounds x {args.visits} visits, turns by visit): real FBGEMM CPU kernel times, comm "
           f"from the comm model. {vs_torchrec.loc['torchrec', 'tasks_planned']} tasks TorchRec plans. B over A, measured: **{b_over_a:.3f}** "

@@ -15,8 +15,6 @@ Measured: real FBGEMM CPU kernel times; no model is involved.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import shlex
 import sys
 from pathlib import Path
 
@@ -25,8 +23,9 @@ import pandas as pd
 from tqdm import tqdm
 
 from shardplan.cost.calibration import FEATURES, NEIGHBOURS, PASSES, VISITS, calibrated_timing, labelled_pool
-from shardplan.cost.profiles import get_profile, load1, machine_stamp
+from shardplan.cost.profiles import get_profile, load1
 from shardplan.formats import write_text_atomic
+from provenance import provenance  # a sibling: bench/ is on sys.path when run
 
 BANDS = 8  # equal bands of log label ms; targets are drawn evenly from them
 
@@ -80,14 +79,12 @@ def main() -> None:
 
     df["band"] = pd.cut(df.label_ms, [0, 3, 8, 20, np.inf], labels=["1-3 ms", "3-8 ms", "8-20 ms", "20-50 ms"])
     md = [f"# Neighbour calibration against known labels, profile `{args.profile}`", "",
-          f"Command: `.venv/bin/python bench/neighbour_calibration.py {shlex.join(sys.argv[1:])}`  ",
-          f"Date {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine_stamp()['cpu_model']}, load "
-          f"{load_before:.2f} before / {load1():.2f} after. {len(df)} stored ranks re-timed now, each beside its "
+          *provenance(load_before, f". {len(df)} stored ranks re-timed now, each beside its "
           f"{args.k} nearest labelled ranks of other tasks (by {args.features} feature(s); {args.visits} visits, "
           f"up to {args.passes} passes); the "
           f"reference read {df.reference_slowdown.median():.2f}x quiet (median; "
           f"{df.reference_slowdown.min():.2f}-{df.reference_slowdown.max():.2f}x). Error = figure over the "
-          "rank's quiet-host label, minus 1. Measured on real FBGEMM CPU kernels; no model involved.", "",
+          "rank's quiet-host label, minus 1. Measured on real FBGEMM CPU kernels; no model involved."), "",
           "| divided by | mean abs error | median | within 10% | within 15% | mean error |",
           "| --- | --- | --- | --- | --- | --- |",
           f"| the reference's slowdown | {summary(df.by_reference)} |",

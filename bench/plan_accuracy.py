@@ -15,10 +15,7 @@ model should be held to. Both are reported.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import hashlib
-import shlex
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +23,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
-from shardplan.cost.profiles import get_profile, load1, machine_stamp
+from shardplan.cost.profiles import get_profile, load1
 from shardplan.cost.specs import ShardSpec, canonical, rank_specs, specs_to_json
 from shardplan.domain import Plan
 from shardplan.errors import InfeasibleError
@@ -35,6 +32,7 @@ from shardplan.cost.fitness import wait_until_fit
 from shardplan.execute.measure import measure_plan, measure_plan_calibrated
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import get_searcher
+from provenance import provenance  # a sibling: bench/ is on sys.path when run
 
 
 def rank_signature(specs: list[ShardSpec]) -> str:
@@ -124,9 +122,7 @@ def main() -> None:
                     f"reference {df.cal_reference_slowdown.median():.2f}x quiet; a rank's rounds differ by a median "
                     f"{(df.cal_round_spread.median() - 1) * 100:.1f}%): {scores(df.cal_rel_err)}.")
     md = [f"# Predicted vs measured rank compute on {args.searcher} plans of `{args.suite}`", "",
-          f"Command: `.venv/bin/python bench/plan_accuracy.py {shlex.join(sys.argv[1:])}`  ",
-          f"Date {dt.date.today()}, {machine_stamp()['cpu_model']}, load {load_before:.2f} before / "
-          f"{load1():.2f} after.", "",
+          *provenance(load_before), "",
           machine_state_line(df.groupby("task").reference_slowdown.first().dropna().tolist(), probes_by_task(df)), "", summary, "",
           "| task | ranks | max shards/rank | MAPE | worst rank error |"
           + (" MAPE, calibrated | worst, calibrated |" if args.calibrate else ""),

@@ -19,22 +19,20 @@ Writes ``bench/results/refine-effect-<name>.{md,csv}``.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import shlex
-import sys
 from pathlib import Path
 
 import pandas as pd
 from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
-from shardplan.cost.profiles import load1, machine_stamp
+from shardplan.cost.profiles import load1
 from shardplan.errors import InputError
 from shardplan.execute.bench import geomean_vs
 from shardplan.execute.measure import measure_plans
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import DEFAULT_SEARCHER, get_searcher
 from shardplan.search.refine import measuring_timer, refine
+from provenance import provenance  # a sibling: bench/ is on sys.path when run
 
 REFINED = "refined"
 
@@ -94,10 +92,8 @@ def main() -> None:
     print(summary.to_string(index=False))
     print(f"refined over {DEFAULT_SEARCHER}, measured (geomean over {len(wide)} tasks): {refined_over:.3f}")
     md = [f"# Measured refinement on `{args.suite}`: {args.name}", "",
-          f"Command: `.venv/bin/python bench/refine_effect.py {shlex.join(sys.argv[1:])}`  ",
-          f"Date {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine_stamp()['cpu_model']}, "
-          f"load {load_before:.2f} before / {load1():.2f} after (this call); divisor per task "
-          f"{df.slowdown.min():.2f}-{df.slowdown.max():.2f}x.", "",
+          *provenance(load_before, f" (this call); divisor per task {df.slowdown.min():.2f}-"
+                      f"{df.slowdown.max():.2f}x."), "",
           f"`{DEFAULT_SEARCHER}`'s plan, the same plan refined against timings of its ranks "
           f"({args.iterations} iterations at most, "
           + (f"after timing the beam's runners-up with it ({ref.refine_alternatives.median():.0f} median); "

@@ -25,10 +25,7 @@ reference's slowdown; predicted = the profile's neural model. Writes
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import itertools
-import shlex
-import sys
 import time
 from pathlib import Path
 
@@ -37,11 +34,12 @@ import pandas as pd
 from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
-from shardplan.cost.profiles import get_profile, load1, machine_stamp
+from shardplan.cost.profiles import get_profile, load1
 from shardplan.execute.bench import machine_state_line
 from shardplan.execute.measure import measure_plan
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import get_searcher
+from provenance import provenance  # a sibling: bench/ is on sys.path when run
 
 
 def main() -> None:
@@ -83,9 +81,7 @@ def main() -> None:
     print(table.to_string(index=False))
     slowdowns = [s for x in df.round_slowdown for s in x]
     md = [f"# Measurement repeatability by protocol: `{args.suite}`", "",
-          f"Command: `.venv/bin/python bench/visits_noise.py {shlex.join(sys.argv[1:])}`  ",
-          f"Date {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine_stamp()['cpu_model']}, "
-          f"load {load_before:.2f} before / {load1():.2f} after.", "",
+          *provenance(load_before), "",
           machine_state_line(slowdowns), "",
           f"Each plan measured {args.repeats} times per protocol ({args.rounds} rounds each), the protocols "
           "taking turns. Measured = per-rank fwd+bwd compute on real FBGEMM kernels, divided by the "

@@ -1,0 +1,22 @@
+"""The lines every bench results file opens with: the command that reproduces it, when it ran, on what
+CPU, and how loaded the machine was before and after (on this 2-core VM the cores are the instrument).
+
+Bench scripts import it as a sibling (``bench/`` is on ``sys.path`` when a script there runs).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import shlex
+import sys
+from pathlib import Path
+
+from shardplan.cost.profiles import load1, machine_stamp
+
+
+def provenance(load_before: float, then: str = ".") -> list[str]:
+    """``Command: ...`` and ``Date ... UTC, <cpu>, load X before / Y after`` + ``then`` (the script's own
+    facts about the run, e.g. ``"; divisor per task 1.1-1.3x."``), as two markdown lines."""
+    script = Path(sys.argv[0]).name
+    return [f"Command: `.venv/bin/python bench/{script} {shlex.join(sys.argv[1:])}`  ",
+            f"Date {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine_stamp()['cpu_model']}, "
+            f"load {load_before:.2f} before / {load1():.2f} after{then}"]
