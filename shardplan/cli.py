@@ -108,7 +108,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .cost.train import report_markdown, train_and_report
 
     meta = train_and_report(get_profile(args.profile), epochs=args.epochs, seed=args.seed,
-                            out_dir=args.out, random_level=args.random_level)
+                            out_dir=args.out, random_level=args.random_level, split_batches=args.split_batches)
     print(report_markdown(meta))
     return 0
 
@@ -485,6 +485,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--random-level", action=argparse.BooleanOptionalAction, default=True,
                        help="learn the random shard sets' level apart from whole plan ranks' and predict the "
                             "latter (default; needs the profile's plan ranks)")
+    train.add_argument("--split-batches", action=argparse.BooleanOptionalAction, default=True,
+                       help="price a rank's shards of each batch size (data-parallel replicas: the local batch) "
+                            "as an op of their own and add them, as they run (default)")
     train.set_defaults(func=_cmd_train)
 
     tp = with_profile(sub.add_parser("train-policy", help="train the rl searcher's placement policy against "
