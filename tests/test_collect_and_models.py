@@ -371,8 +371,10 @@ def test_foreign_shard_augmentation_adds_one_real_shard_of_another_set():
 def test_committed_model_prices_a_hot_table_with_replicas_near_its_cost_alone():
     """The search once exploited the unpenalised model here: a 134-lookup table alone was
     predicted 20.8 ms, and 7.4 ms with two tiny data-parallel replicas beside it (both measure
-    ~15 ms). The monotonicity penalty is soft: the committed model gives 15.9 and 15.8 ms (the one
-    before it 15.0 and 12.8); without the penalty, 20.8 and 7.4. This bar fails on the unpenalised model."""
+    ~15 ms). The monotonicity penalty is soft: the model committed on 2026-11-22 gave 15.9 and 15.8 ms
+    (the one before it 15.0 and 12.8); without the penalty, 20.8 and 7.4. This bar fails on the
+    unpenalised model. The model committed on 2026-11-23 prices the replicas (another batch size) as an
+    op of their own: 15.4 ms alone, 16.0 with them."""
     from shardplan.cost.estimator import load_estimator
 
     model = load_estimator("cpu-2c").compute
