@@ -4,7 +4,9 @@ A rank's shards are encoded one by one by a shared MLP; each code gives the
 shard's own forward and backward time, and these are sum-pooled over the rank;
 a context head reading the set as a whole (mean code, shard count) scales the
 sum and adds a fixed overhead, which is how the model learns that a fused
-kernel's time is not the sum of its parts (see :class:`_SetNet`). Trained with
+kernel's time is not the sum of its parts (see :class:`_SetNet`). Only shards fed
+one batch size fuse: a rank holding data-parallel replicas beside sharded tables
+is priced as two such sets, added (:func:`batch_parts`). Trained with
 MSE in log space, i.e. on relative error, plus a penalty whenever adding a
 shard to a set lowers its predicted time (see :meth:`NeuralCostModel.fit`).
 Feature scaling is part of the saved state.
