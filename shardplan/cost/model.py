@@ -104,6 +104,18 @@ def _with_foreign_shard(x: torch.Tensor, mask: torch.Tensor, gen: torch.Generato
     return torch.cat([x, extra], dim=1), torch.cat([mask, torch.ones(n, 1)], dim=1)
 
 
+def _parts_of(part_index: tuple[np.ndarray, np.ndarray], sets: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The training rows (parts) of the sets ``sets``, given where each set's parts start and how many it has
+    (``part_index``), and for each part the position in ``sets`` of its owner (None when every set is one part)."""
+    first, n_parts = part_index
+    counts = n_parts[sets]
+    if (counts == 1).all():
+        return torch.from_numpy(first[sets]), None
+    start = np.repeat(first[sets], counts)
+    step = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    return torch.from_numpy(start + step), torch.from_numpy(np.repeat(np.arange(len(sets)), counts))
+
+
 def _pooled(part_log_ms: torch.Tensor, owner: torch.Tensor | None, n_sets: int) -> torch.Tensor:
     """Log ms ``[n_sets, 2]`` of sets from their parts' log ms: the parts' times add."""
     if owner is None:
@@ -208,7 +220,7 @@ class NeuralCostModel:
         # parts come in set order: set i owns parts first[i] .. first[i] + n_parts[i] - 1
         first = np.searchsorted(owner, np.arange(len(sets)))
         n_parts = np.bincount(owner, minlength=len(sets))
-        self._part_index = (first, n_parts)
+        part_index = (first, n_parts)
         x, mask = set_features(parts)
         flat = x[mask > 0]
         self.mean = flat.mean(axis=0)
@@ -240,7 +252,7 @@ class NeuralCostModel:
             total = 0.0
             for k in range(0, len(order), self.batch_size):
                 idx = torch.from_numpy(order[k:k + self.batch_size])
-                part_idx, part_owner = self._parts_of(idx.numpy())
+                part_idx, part_owner = _parts_of(part_index, idx.numpy())
                 part_pred = self.net(xt[part_idx], mt[part_idx])
                 pred = _pooled(part_pred, part_owner, len(idx))
                 loss = nn.functional.mse_loss(pred + shifted[idx] * offset, yt[idx])
@@ -249,7 +261,8 @@ class NeuralCostModel:
                     loss = loss + self.monotone_weight * torch.relu(part_pred - grown).square().mean()
                 if self.group_weight > 0 and group_order:
                     step_groups = [group_order.pop() for _ in range(min(groups_per_step, len(group_order)))]
-                    loss = loss + self.group_weight * self._group_loss(xt, mt, yt, [members[g] for g in step_groups])
+                    loss = loss + self.group_weight * self._group_loss(xt, mt, yt, [members[g] for g in step_groups],
+                                                                       part_index)
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
@@ -258,26 +271,14 @@ class NeuralCostModel:
             bar.set_postfix(loss=f"{total / len(order):.4f}")
         self.net.eval()
         self.random_offset = offset.detach().numpy().copy()
-        del self._part_index
         return self
 
-    def _parts_of(self, sets: np.ndarray) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The training rows (parts) of the sets ``sets``, and for each the position in ``sets`` of
-        its owner (None when every set is one part)."""
-        first, n_parts = self._part_index
-        counts = n_parts[sets]
-        if (counts == 1).all():
-            return torch.from_numpy(first[sets]), None
-        start = np.repeat(first[sets], counts)
-        step = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-        return torch.from_numpy(start + step), torch.from_numpy(np.repeat(np.arange(len(sets)), counts))
-
-    def _group_loss(self, xt: torch.Tensor, mt: torch.Tensor, yt: torch.Tensor,
-                    groups: list[np.ndarray]) -> torch.Tensor:
+    def _group_loss(self, xt: torch.Tensor, mt: torch.Tensor, yt: torch.Tensor, groups: list[np.ndarray],
+                    part_index: tuple[np.ndarray, np.ndarray]) -> torch.Tensor:
         """Squared log error of the sets of ``groups``, each less its group's mean error, summed and
         scaled as the absolute loss is (per set of a batch), so a grouped set weighs like one there."""
         idx = np.concatenate(groups)
-        part_idx, part_owner = self._parts_of(idx)
+        part_idx, part_owner = _parts_of(part_index, idx)
         idx = torch.from_numpy(idx)
         err = _pooled(self.net(xt[part_idx], mt[part_idx]), part_owner, len(idx)) - yt[idx]
         sizes = torch.tensor([len(g) for g in groups])
