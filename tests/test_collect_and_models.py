@@ -486,7 +486,9 @@ def test_split_batches_prices_a_set_as_the_sum_of_its_one_batch_parts(tmp_path):
     joint = NeuralCostModel(split_batches=False, **kw).fit(sets, fwd, bwd, progress=False)
     mixed = next(s for s in sets if len({x.batch_size for x in s}) == 2)
     parts, owner = batch_parts([mixed, mixed[:1]])
-    assert owner.tolist() == [0, 0, 1] and sorted(map(len, parts)) == sorted([*map(len, parts[:2]), 1])
+    assert owner.tolist() == [0, 0, 1] and parts[2] == mixed[:1]
+    assert all(len({x.batch_size for x in p}) == 1 for p in parts)  # each part one batch size, and together
+    assert sorted(parts[0] + parts[1], key=repr) == sorted(mixed, key=repr)  # they hold the set's shards
     whole, pieces = np.array(split.predict([mixed])), np.array(split.predict(parts[:2]))
     assert whole[:, 0] == pytest.approx(pieces.sum(axis=1), rel=1e-5)
     # The flag is saved; files from before it predict as they were trained (one set, one op).

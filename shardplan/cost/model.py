@@ -216,7 +216,7 @@ class NeuralCostModel:
         torch.manual_seed(self.seed)
         gen = torch.Generator().manual_seed(self.seed)
         rng = np.random.default_rng(self.seed)
-        parts, owner = batch_parts(sets) if self.split_batches else (sets, np.arange(len(sets)))
+        parts, owner = self._parts(sets)
         # parts come in set order: set i owns parts first[i] .. first[i] + n_parts[i] - 1
         first = np.searchsorted(owner, np.arange(len(sets)))
         n_parts = np.bincount(owner, minlength=len(sets))
@@ -273,6 +273,11 @@ class NeuralCostModel:
         self.random_offset = offset.detach().numpy().copy()
         return self
 
+    def _parts(self, sets: list[list[ShardSpec]]) -> tuple[list[list[ShardSpec]], np.ndarray]:
+        """The sets as the network sees them, and the set each row comes from: their one-batch parts
+        with ``split_batches`` (:func:`batch_parts`), else each set whole."""
+        return batch_parts(sets) if self.split_batches else (sets, np.arange(len(sets)))
+
     def _group_loss(self, xt: torch.Tensor, mt: torch.Tensor, yt: torch.Tensor, groups: list[np.ndarray],
                     part_index: tuple[np.ndarray, np.ndarray]) -> torch.Tensor:
         """Squared log error of the sets of ``groups``, each less its group's mean error, summed and
@@ -304,7 +309,7 @@ class NeuralCostModel:
         if not nonempty:
             return out_f, out_b
         sets = [sets[i] for i in nonempty]
-        parts, owner = batch_parts(sets) if self.split_batches else (sets, np.arange(len(sets)))
+        parts, owner = self._parts(sets)
         x, mask = set_features(parts)
         x = (x - self.mean) * mask[..., None] / self.std
         with torch.no_grad():

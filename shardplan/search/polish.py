@@ -120,9 +120,8 @@ class _State:
         out: list[tuple[float, int, int]] = []
         n = len(mine)
         # Moves: unit u from a to a lighter rank b.
-        a_minus, b_plus = self.placer.move_costs((self.code_sum, self.time_sum, self.count, self.apart),
-                                                 self.codes[mine],
-                                                 self.times[mine], a, lighter)
+        a_minus, b_plus = p.move_costs((self.code_sum, self.time_sum, self.count, self.apart), self.codes[mine],
+                                       self.times[mine], a, lighter)
         sa, sb = self.scale[a], self.scale[lighter]
         a_after = sa * a_minus + self.comm[a] - self.kappa * self.cols[mine]
         b_after = sb[None] * b_plus + self.comm[lighter][None] + self.kappa * self.cols[mine][:, None]
