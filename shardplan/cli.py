@@ -108,8 +108,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .cost.train import report_markdown, train_and_report
 
     meta = train_and_report(get_profile(args.profile), epochs=args.epochs, seed=args.seed,
-                            out_dir=args.out, random_level=args.random_level, split_batches=args.split_batches,
-                            random_tilt=args.random_tilt)
+                            out_dir=args.out, random_level=args.random_level, split_batches=args.split_batches)
     print(report_markdown(meta))
     return 0
 
@@ -489,9 +488,6 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--split-batches", action=argparse.BooleanOptionalAction, default=True,
                        help="price a rank's shards of each batch size (data-parallel replicas: the local batch) "
                             "as an op of their own and add them, as they run (default)")
-    train.add_argument("--random-tilt", action=argparse.BooleanOptionalAction, default=False,
-                       help="with --random-level, let the random sets' level follow a line in their log time "
-                            "instead of a constant")
     train.set_defaults(func=_cmd_train)
 
     tp = with_profile(sub.add_parser("train-policy", help="train the rl searcher's placement policy against "

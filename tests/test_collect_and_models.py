@@ -505,35 +505,3 @@ def test_split_batches_prices_a_set_as_the_sum_of_its_one_batch_parts(tmp_path):
            for name, m in (("split", split), ("joint", joint))}
     # 2026-11-23: 5.7% split, 8.5% joint
     assert err["split"] < 0.8 * err["joint"], err
-
-
-def test_random_tilt_learns_a_size_dependent_random_level(tmp_path):
-    """Random sets timed faster than the law by a factor that grows with the set's time (their own
-    level, tilted), beside sets at the law's level: with ``random_tilt`` the plan-level predictions
-    must follow the law across sizes, where a constant offset leaves a trend in size; the line must
-    survive save and load."""
-    sets, fwd, bwd = _synthetic(400)
-    size = (fwd + bwd) / np.median(fwd + bwd)
-    tilt = 0.8 * size ** -0.15  # long random sets are faster still, short ones less so
-    marked = np.arange(400) < 300
-    all_f, all_b = np.where(marked, fwd * tilt, fwd), np.where(marked, bwd * tilt, bwd)
-    kw = dict(profile="cpu-2c", epochs=200, hidden=32, code=16, random_level=True)
-    test_sets, tf, tb = _synthetic(100, seed=1)
-
-    def trend(m: NeuralCostModel) -> float:  # slope of log(predicted / true) on log true ms
-        t = tf + tb
-        return float(np.polyfit(np.log(t), np.log(np.sum(m.predict(test_sets), axis=0) / t), 1)[0])
-
-    tilted = NeuralCostModel(random_tilt=True, **kw).fit(sets, all_f, all_b, progress=False, random_sets=marked)
-    constant = NeuralCostModel(**kw).fit(sets, all_f, all_b, progress=False, random_sets=marked)
-    # 2026-11-23: trend -0.02 tilted (slope learnt -0.15, the law's), -0.10 constant; MAPE 2.8% and 8.6%
-    assert abs(trend(tilted)) < 0.6 * abs(trend(constant)), (trend(tilted), trend(constant))
-    assert tilted.random_slope.mean() < -0.05 and np.all(constant.random_slope == 0)
-    tilted.save(tmp_path / "m.json")
-    again = NeuralCostModel.load(tmp_path / "m.json")
-    assert again.random_tilt and np.allclose(again.random_slope, tilted.random_slope)
-    assert np.allclose(again.predict(test_sets, random_level=True)[0],
-                       tilted.predict(test_sets, random_level=True)[0], rtol=1e-5)
-    # on request, the random level: the law times the tilt, within the fit's error
-    r = np.sum(tilted.predict(test_sets, random_level=True), axis=0) / (tf + tb)
-    assert abs(np.median(r) - 0.8) < 0.08, np.median(r)

@@ -132,8 +132,7 @@ class NeuralCostModel:
     def __init__(self, profile: str, hidden: int = 128, code: int = 64, epochs: int = 300,
                  batch_size: int = 256, lr: float = 2e-3, weight_decay: float = 1e-5,
                  seed: int = 0, monotone_weight: float = 10.0, group_weight: float = 1.0,
-                 group_tilt: bool = True, random_level: bool = False, split_batches: bool = True,
-                 random_tilt: bool = False) -> None:
+                 group_tilt: bool = True, random_level: bool = False, split_batches: bool = True) -> None:
         for name, v in (("hidden", hidden), ("code", code), ("epochs", epochs), ("batch_size", batch_size)):
             if not isinstance(v, int) or v <= 0:
                 raise InputError(name, f"must be a positive integer, got {v!r}")
@@ -147,14 +146,10 @@ class NeuralCostModel:
         self.batch_size, self.lr, self.weight_decay, self.seed = batch_size, lr, weight_decay, seed
         self.monotone_weight, self.group_weight, self.group_tilt = monotone_weight, group_weight, group_tilt
         self.random_level = random_level
-        self.random_tilt = random_tilt and random_level  # a trend in the random sets' level needs the level
         self.split_batches = split_batches
         self.net: _SetNet | None = None
         # log ms (fwd, bwd) that random shard sets sit above the level predicted (a planner's ranks)
         self.random_offset = np.zeros(2, dtype=np.float32)
-        # with random_tilt, that offset also grows by random_slope per unit of log ms above random_center
-        self.random_slope = np.zeros(2, dtype=np.float32)
-        self.random_center = np.zeros(2, dtype=np.float32)
         self.mean = np.zeros(len(FEATURE_NAMES), dtype=np.float32)
         self.std = np.ones(len(FEATURE_NAMES), dtype=np.float32)
         self.metadata: dict[str, Any] = {}
@@ -199,13 +194,6 @@ class NeuralCostModel:
         sets do not (+0.6%). With it: held-out plan ranks -3.2%, neighbour-calibrated ranks of unseen
         tasks -0.6% (`unseen-b`) and -0.0% (`unseen-a`).
 
-        With ``random_tilt`` that level is a straight line in the log of the random set's measured
-        time instead of a constant (an offset and a slope per head): the random sets and the plan
-        ranks were timed on different days, and this host's state does not shift every size alike
-        (``group_tilt``). Why: with a constant offset the model's plan-rank predictions were too high
-        for short ranks and too low for long ones (2026-11-23: held-out plan ranks of 3-5 ms +8%
-        median, 12-20 ms -4.6%; TorchRec's 3-5 ms ranks of ``unseen-b`` up to 22% over).
-
         With ``split_batches`` a set is priced as the sum of its parts of one batch size
         (:func:`batch_parts`), each run through the network as a set of its own, which is how such a
         rank runs and is measured; the loss is on the set's total. Why: priced as one fused set, the
@@ -242,19 +230,12 @@ class NeuralCostModel:
         xt, mt, yt = torch.from_numpy(x), torch.from_numpy(mask), torch.from_numpy(y)
         self.net = _SetNet(x.shape[-1], self.hidden, self.code)
         offset = nn.Parameter(torch.zeros(2))
-        slope = nn.Parameter(torch.zeros(2))
         shifted = torch.from_numpy((marked & self.random_level).astype(np.float32))[:, None]
-        if self.random_tilt:
-            self.random_center = y[marked].mean(axis=0)
-        centre = torch.from_numpy(self.random_center)
-        # a random set's level above a plan rank's: offset + slope x (its measured log ms - the centre)
-        level = lambda i: shifted[i] * (offset + slope * (yt[i] - centre))  # noqa: E731
         # The offset is one number per head that every random set pulls on: it takes larger steps than
         # the weights, or the network's own level moves to split the difference first.
         param_groups = [{"params": list(self.net.parameters()), "lr": self.lr}]
         if self.random_level:
-            param_groups.append({"params": [offset, slope] if self.random_tilt else [offset],
-                                 "lr": OFFSET_LR_SCALE * self.lr, "weight_decay": 0.0})
+            param_groups.append({"params": [offset], "lr": OFFSET_LR_SCALE * self.lr, "weight_decay": 0.0})
         opt = torch.optim.AdamW(param_groups, lr=self.lr, weight_decay=self.weight_decay)
         absolute = np.flatnonzero(groups < 0)
         group_ids = np.unique(groups[groups >= 0])
@@ -274,7 +255,7 @@ class NeuralCostModel:
                 part_idx, part_owner = _parts_of(part_index, idx.numpy())
                 part_pred = self.net(xt[part_idx], mt[part_idx])
                 pred = _pooled(part_pred, part_owner, len(idx))
-                loss = nn.functional.mse_loss(pred + level(idx), yt[idx])
+                loss = nn.functional.mse_loss(pred + shifted[idx] * offset, yt[idx])
                 if self.monotone_weight > 0:
                     grown = self.net(*_with_foreign_shard(xt[part_idx], mt[part_idx], gen))
                     loss = loss + self.monotone_weight * torch.relu(part_pred - grown).square().mean()
@@ -290,7 +271,6 @@ class NeuralCostModel:
             bar.set_postfix(loss=f"{total / len(order):.4f}")
         self.net.eval()
         self.random_offset = offset.detach().numpy().copy()
-        self.random_slope = slope.detach().numpy().copy()
         return self
 
     def _parts(self, sets: list[list[ShardSpec]]) -> tuple[list[list[ShardSpec]], np.ndarray]:
@@ -336,9 +316,7 @@ class NeuralCostModel:
             y = self.net(torch.from_numpy(x), torch.from_numpy(mask)).numpy()
         ms = np.zeros((len(sets), 2))
         np.add.at(ms, owner, np.exp(y))
-        if random_level:  # the random level r solves r = p + offset + slope (r - centre) at plan level p
-            p = np.log(np.maximum(ms, 1e-12))
-            ms = np.exp((p + self.random_offset - self.random_slope * self.random_center) / (1.0 - self.random_slope))
+        ms *= np.exp(self.random_offset if random_level else 0.0)
         out_f[nonempty] = ms[:, 0]
         out_b[nonempty] = ms[:, 1]
         return out_f, out_b
@@ -400,9 +378,8 @@ class NeuralCostModel:
                       "weight_decay": self.weight_decay, "seed": self.seed,
                       "monotone_weight": self.monotone_weight, "group_weight": self.group_weight,
                       "group_tilt": self.group_tilt, "random_level": self.random_level,
-                      "split_batches": self.split_batches, "random_tilt": self.random_tilt},
+                      "split_batches": self.split_batches},
             "mean": self.mean.tolist(), "std": self.std.tolist(), "random_offset": self.random_offset.tolist(),
-            "random_slope": self.random_slope.tolist(), "random_center": self.random_center.tolist(),
             "state_dict": {k: v.tolist() for k, v in self.net.state_dict().items()},
             "metadata": {"saved": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                          **self.metadata},
@@ -424,8 +401,6 @@ class NeuralCostModel:
             model.mean = np.asarray(state["mean"], dtype=np.float32)
             model.std = np.asarray(state["std"], dtype=np.float32)
             model.random_offset = np.asarray(state.get("random_offset", [0.0, 0.0]), dtype=np.float32)
-            model.random_slope = np.asarray(state.get("random_slope", [0.0, 0.0]), dtype=np.float32)
-            model.random_center = np.asarray(state.get("random_center", [0.0, 0.0]), dtype=np.float32)
             model.net = _SetNet(len(FEATURE_NAMES), model.hidden, model.code)
             model.net.load_state_dict({k: torch.tensor(v) for k, v in state["state_dict"].items()})
             model.net.eval()

@@ -87,14 +87,11 @@ def metrics(pred_f: np.ndarray, pred_b: np.ndarray, fwd: np.ndarray, bwd: np.nda
 
 def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_dir: Path | None = None,
                      out_dir: Path | None = None, progress: bool = True,
-                     random_level: bool = True, split_batches: bool = True,
-                     random_tilt: bool = False) -> dict[str, Any]:
+                     random_level: bool = True, split_batches: bool = True) -> dict[str, Any]:
     """Train on ``data_dir`` (default: the profile's folder), write model and report to ``out_dir``.
     ``random_level``: the random sets' level is learnt apart from plan ranks' (``NeuralCostModel.fit``);
     it needs plan ranks (``compute-ranks.parquet``) and is not used without them. ``split_batches``: a
-    rank's shards of each batch size are priced as an op of their own (``NeuralCostModel.fit``).
-    ``random_tilt``: the random sets' level is a line in their log time, not a constant (needs
-    ``random_level``)."""
+    rank's shards of each batch size are priced as an op of their own (``NeuralCostModel.fit``)."""
     data_dir = data_dir or profile.dir
     out_dir = out_dir or data_dir
     nominal = reference_nominal(pd.read_parquet(data_dir / "compute.parquet", columns=["ref_before_ms", "ref_after_ms"]))
@@ -139,8 +136,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     models = {
         # grouped ranks are the same population as the plan ranks, and weigh as much
         "neural": NeuralCostModel(profile=profile.name, epochs=epochs, seed=seed, group_weight=RANK_SAMPLE_WEIGHT,
-                                  random_level=random_level, split_batches=split_batches,
-                                  random_tilt=random_tilt),
+                                  random_level=random_level, split_batches=split_batches),
         "roofline (TorchRec form)": RooflineCostModel(),
         "gbm (hand features)": GBMCostModel(seed=seed),
     }
@@ -203,14 +199,11 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                    f"(the {REFERENCE_PERCENTILE}th percentile of all reference times, {nominal:.4f} ms)"),
         "evaluation": evals,
         "random_level": ({"learnt": True, "log_offset_fwd_bwd": neural.random_offset.tolist(),
-                          **({"log_slope_fwd_bwd": neural.random_slope.tolist(),
-                              "log_centre_fwd_bwd": neural.random_center.tolist()} if neural.random_tilt else {}),
                           "note": "random sets are scored at their own level; plan ranks and searchers at plan ranks'"}
                          if random_level else {"learnt": False}),
         "command": f"shardplan train --profile {profile.name} --epochs {epochs} --seed {seed}"
                    + ("" if random_level else " --no-random-level")
-                   + ("" if split_batches else " --no-split-batches")
-                   + (" --random-tilt" if neural.random_tilt else ""),
+                   + ("" if split_batches else " --no-split-batches"),
         "date": _dt.date.today().isoformat(),
     }
     neural.save(out_dir / "compute-model.json", meta)
