@@ -22,7 +22,7 @@ import pandas as pd
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1
-from shardplan.cost.train import is_holdout, level_matched, load_sets, metrics
+from shardplan.cost.train import holdout_mask, level_matched, load_sets, metrics
 from shardplan.formats import write_text_atomic
 from provenance import provenance  # a sibling: bench/ is on sys.path when run
 
@@ -41,7 +41,7 @@ def main() -> None:
     for path in args.groups:
         sets, fwd, bwd, df = load_sets(path)  # already divided, by one slowdown per group
         group = df["group"].astype("category").cat.codes.to_numpy()
-        held = np.array([is_holdout(s, i) for s, i in zip(df["seed"], df["sample"])])
+        held = holdout_mask(df)
         predictions = {m: model.predict(sets) for m, model in models.items()}
         for rnd in sorted(df["round"].unique()):
             for split, mask in (("held out", held), ("trained on", ~held)):
@@ -59,9 +59,11 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(args.out / f"group-accuracy-{args.name}.csv", df.to_csv(index=False))
     md = [f"# Plan-group accuracy: {args.name}", "", *provenance(load_before), "",
-          "fwd+bwd MAPE of each model's predictions (columns) after matching each group's level: the error "
-          "in the ratios between ranks timed together. `split`: whether `shardplan train` holds the task out "
-          "(`is_holdout`); a model scored on rows it was trained on says little.", "",
+          "Predicted: each model file (columns). Measured: the files' rank timings, real FBGEMM CPU kernels on "
+          "the profile's machine (protocol, date and divisor in each file's rows and the profile README). "
+          "fwd+bwd MAPE after matching each group's level: the error in the ratios between ranks timed "
+          "together. `split`: whether `shardplan train` holds the task out (`is_holdout`); a model scored on "
+          "rows it was trained on says little.", "",
           table.to_markdown(index=False, floatfmt=".4f")]
     write_text_atomic(args.out / f"group-accuracy-{args.name}.md", "\n".join(md) + "\n")
     print("\n".join(md))

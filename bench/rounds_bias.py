@@ -37,7 +37,7 @@ import pandas as pd
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1
-from shardplan.execute.bench import REFERENCE
+from shardplan.execute.bench import REFERENCE, geomean_vs
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import get_searcher
 from provenance import provenance  # a sibling: bench/ is on sys.path when run
@@ -101,13 +101,10 @@ def main() -> None:
         rows.append(row)
     per_plan = pd.DataFrame(rows)
     columns = [f"k{k}" for k in range(1, n_rounds + 1)] + ["cross_fitted"]
-    ref = per_plan[per_plan.searcher == REFERENCE].set_index("task")
-    table = []
-    for name, g in per_plan[per_plan.searcher != REFERENCE].groupby("searcher"):
-        g = g.set_index("task").loc[lambda x: x.index.intersection(ref.index)]
-        table.append({"searcher": name, "tasks": len(g),
-                      **{c: math.exp(np.mean(np.log(g[c] / ref.loc[g.index, c]))) for c in columns}})
-    summary = pd.DataFrame(table).rename(columns={f"k{k}": f"{k} round{'s' if k > 1 else ''}"
+    ratios = [geomean_vs(per_plan, column=c).set_index("searcher") for c in columns]
+    summary = pd.DataFrame({"tasks": ratios[0]["tasks_compared"],
+                            **{c: r[f"geomean_vs_{REFERENCE}"] for c, r in zip(columns, ratios)}})
+    summary = summary.drop(index=REFERENCE).reset_index().rename(columns={f"k{k}": f"{k} round{'s' if k > 1 else ''}"
                                                   for k in range(1, n_rounds + 1)})
     args.out.mkdir(parents=True, exist_ok=True)
     stem = f"rounds-bias-{args.results.stem}"

@@ -62,6 +62,11 @@ def is_holdout(seed: int, sample: int) -> bool:
     return int.from_bytes(h[:4], "little") / 2**32 >= 1.0 - HOLDOUT_FRACTION
 
 
+def holdout_mask(df: pd.DataFrame) -> np.ndarray:
+    """Which rows of a cost-data frame (columns ``seed``, ``sample``) are held out (:func:`is_holdout`)."""
+    return np.array([is_holdout(s, i) for s, i in zip(df["seed"], df["sample"])], dtype=bool)
+
+
 GROUP_SPLIT = "holdout plan groups (each task's plans timed together; level matched per group)"
 
 
@@ -97,7 +102,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     nominal = reference_nominal(pd.read_parquet(data_dir / "compute.parquet", columns=["ref_before_ms", "ref_after_ms"]))
     sets, fwd, bwd, df = load_sets(data_dir / "compute.parquet", nominal)
     raw_f, raw_b = df["fwd_ms"].to_numpy(), df["bwd_ms"].to_numpy()
-    hold = np.array([is_holdout(s, i) for s, i in zip(df["seed"], df["sample"])])
+    hold = holdout_mask(df)
     tr = np.flatnonzero(~hold)
     te = np.flatnonzero(hold)
     pick = lambda idx, from_=sets: [from_[i] for i in idx]  # noqa: E731
@@ -107,7 +112,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     rank_split = None
     if ranks_path.exists():  # whole ranks of real plans; held out by task
         rsets, rf, rb, rdf = load_sets(ranks_path, nominal, source="plan-rank")
-        rhold = np.array([is_holdout(s, i) for s, i in zip(rdf["seed"], rdf["sample"])])
+        rhold = holdout_mask(rdf)
         rtr, rte = np.flatnonzero(~rhold), np.flatnonzero(rhold)
         train_sets = train_sets + pick(rtr, rsets) * RANK_SAMPLE_WEIGHT
         train_f = np.concatenate([train_f] + [rf[rtr]] * RANK_SAMPLE_WEIGHT)
@@ -121,7 +126,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     if groups_path.exists():  # a task's plans timed together: their ratios, not their level, are labels
         gsets, gf, gb, gdf = load_sets(groups_path)  # already divided, by one slowdown per task
         gid = gdf["group"].astype("category").cat.codes.to_numpy()
-        ghold = np.array([is_holdout(s, i) for s, i in zip(gdf["seed"], gdf["sample"])])
+        ghold = holdout_mask(gdf)
         gtr, gte = np.flatnonzero(~ghold), np.flatnonzero(ghold)
         train_sets = train_sets + pick(gtr, gsets)
         train_f = np.concatenate([train_f, gf[gtr]])
