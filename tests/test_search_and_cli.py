@@ -156,26 +156,6 @@ def test_neuroshard_beam_never_predicts_worse_than_its_table_wise_start(task_dic
     assert get_searcher("neuroshard").plan(task, estimator).tables == beam.tables  # deterministic
 
 
-def test_split_margin_counts_halvings_and_holds_splits_back(task_dict, estimator):
-    from shardplan.search.neuroshard import NeuroShardBeam, _initial_state, extra_splits
-
-    start = (("tw", 1), ("cw", 2), ("tw", 1), ("rw", 0))
-    assert extra_splits(start, start) == 0
-    assert extra_splits((("cw", 4), ("cw", 2), ("tw", 1), ("rw", 0)), start) == 2  # one table quartered
-    assert extra_splits((("tw", 1), ("cw", 8), ("dp", 0), ("rw", 0)), start) == 2  # 2 -> 8 blocks; dp is no split
-    assert extra_splits((("tw", 1), ("rw", 0), ("tw", 1), ("rw", 0)), start) == 0  # blocks -> rows: no halving
-    with pytest.raises(ValueError, match="split_margin"):
-        NeuroShardBeam(split_margin=-0.1)
-    task = _bigger_task(task_dict)
-    free = NeuroShardBeam(split_margin=0.0).plan(task, estimator)
-    held = NeuroShardBeam(split_margin=100.0).plan(task, estimator)  # no split can win by 100x
-    assert free.cost.max_ms <= held.cost.max_ms + 1e-9  # the margin only ever gives up predicted speed
-    blocks = lambda plan: {t.name: len(t.shards) for t in plan.tables if t.sharding_type == "column_wise"}  # noqa: E731
-    forced = {t.name: k for t, (kind, k) in zip(task.tables, _initial_state(task)) if kind == "cw"}
-    assert all(k <= forced.get(name, 1) for name, k in blocks(held).items())  # only what memory forces
-    assert any(k > forced.get(name, 1) for name, k in blocks(free).items())  # else the test shows nothing
-
-
 def test_column_blocks_tile_the_dim():
     from shardplan.search.placer import column_blocks
 

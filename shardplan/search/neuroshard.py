@@ -20,10 +20,7 @@ over one host, or replicated (data-parallel). Moves split the costliest tables
 into more column blocks, turn hot tables row-wise, and replicate small tables;
 each candidate state is scored by re-running the table-wise grid search. The
 ``beam_width`` best states survive each of ``steps`` steps; the last beam's
-plans are polished and the one predicted fastest wins. States rank by
-predicted cost times ``1 + split_margin`` per column halving they add: the
-model under-prices what a column split costs (:data:`SPLIT_MARGIN`), so a
-split has to win clearly.
+plans are polished and the one predicted fastest wins.
 """
 from __future__ import annotations
 
@@ -139,20 +136,6 @@ def hot_split_state(task: Task, state: State, placer: Placer, hot_share: float =
     return tuple(out)
 
 
-# Every column block of a table reads all of the table's ids, so a split adds work, and the model
-# under-prices it: six column-split tables of cpu-bench plans, each timed whole and as its two blocks
-# (one op each, alone; 2026-11-23, README "What a column split costs"), measured 0.94-1.69x their
-# whole table where the model said 0.60-1.41x. So each further halving of a table's columns must
-# win by this share of the plan's predicted cost to be chosen.
-SPLIT_MARGIN = 0.03
-
-
-def extra_splits(state: State, start: State) -> int:
-    """How many times ``state`` halves tables' columns beyond ``start`` (the halvings a move added)."""
-    return sum(max(0, k.bit_length() - k0.bit_length()) for (kind, k), (_, k0) in zip(state, start)
-               if kind == "cw")
-
-
 @register
 class NeuroShardTableWise(Searcher):
     name = "neuroshard-tw"
@@ -185,20 +168,14 @@ class NeuroShardBeam(Searcher):
 
     def __init__(self, beam_width: int = 3, steps: int = 4, candidates: int = 6, max_work: float = 5e6,
                  grid: tuple[float, ...] = GRID, on_step: Callable[[int, float], None] | None = None,
-                 sharding_types: frozenset[str] | None = None, pairwise_polish: bool = True,
-                 split_margin: float = SPLIT_MARGIN) -> None:
+                 sharding_types: frozenset[str] | None = None, pairwise_polish: bool = True) -> None:
         """``max_work`` bounds the search in placement evaluations (units x ranks x grid points per
         scored state), not seconds, so that a plan does not depend on how busy the machine is.
         ``on_step(step, best_predicted_ms)`` is called after each beam step (Optuna prunes there).
-        ``pairwise_polish=False`` returns the best state's grid plan as it is (for ablations).
-        ``split_margin``: states rank by predicted cost times ``(1 + split_margin)`` per column halving
-        beyond the start (:data:`SPLIT_MARGIN`; 0 ranks by predicted cost alone)."""
-        if split_margin < 0:
-            raise ValueError(f"split_margin must be at least 0, got {split_margin}")
+        ``pairwise_polish=False`` returns the best state's grid plan as it is (for ablations)."""
         self.beam_width, self.steps, self.candidates = beam_width, steps, candidates
         self.max_work, self.grid, self.on_step = max_work, grid, on_step
         self.sharding_types, self.pairwise_polish = sharding_types, pairwise_polish
-        self.split_margin = split_margin
 
     def _allows(self, kind: str) -> bool:
         return self.sharding_types is None or kind in self.sharding_types
@@ -251,9 +228,6 @@ class NeuroShardBeam(Searcher):
         if score(start) is None:
             raise InfeasibleError("task", "no placement fits every rank's memory, even with oversized tables "
                                   "split row-wise", "raise topology.memory_per_rank_gb or add ranks")
-        def handicap(state: State) -> float:
-            return (1.0 + self.split_margin) ** extra_splits(state, start)
-
         beam = [start]
         for step in range(self.steps):
             children = {c for s in beam for c in self._moves(task, s, placer)}
@@ -261,16 +235,15 @@ class NeuroShardBeam(Searcher):
                 if work > self.max_work:
                     break
                 score(c)
-            ranked = sorted((s for s in set(beam) | children if scored.get(s)), key=lambda s: (scored[s][0] * handicap(s), s))
+            ranked = sorted((s for s in set(beam) | children if scored.get(s)), key=lambda s: (scored[s][0], s))
             new_beam = ranked[: self.beam_width]
             done = new_beam == beam or work > self.max_work
             beam = new_beam
             if self.on_step is not None:
-                self.on_step(step, scored[beam[0]][0] * handicap(beam[0]))
+                self.on_step(step, scored[beam[0]][0])
             if done:
                 break
         if not self.pairwise_polish:
             return [scored[s][1] for s in beam]
         # The surviving states are close in predicted cost; the pairwise polish can reorder them.
-        return polished_candidates(task, estimator, [scored[s][1] for s in beam], placer,
-                                   [handicap(s) for s in beam])
+        return polished_candidates(task, estimator, [scored[s][1] for s in beam], placer)

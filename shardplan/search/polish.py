@@ -180,21 +180,16 @@ def polish(task: Task, estimator: PlanEstimator, tables: list[TableSharding], pl
 
 
 def polished_candidates(task: Task, estimator: PlanEstimator, candidates: list[list[TableSharding]],
-                        placer: Placer | None = None, handicaps: list[float] | None = None
-                        ) -> list[list[TableSharding]]:
+                        placer: Placer | None = None) -> list[list[TableSharding]]:
     """Each candidate polished, predicted fastest first (the earlier on a tie). Past
-    :data:`POLISH_ALL_MAX_UNITS` movable units, only the candidate predicted fastest is polished and returned.
-    ``handicaps`` multiply each candidate's predicted cost for the ranking only (a searcher's prior
-    against a kind of plan the model is known to under-price)."""
+    :data:`POLISH_ALL_MAX_UNITS` movable units, only the candidate predicted fastest is polished and returned."""
     placer = placer or Placer(task, estimator)
-    handicaps = handicaps or [1.0] * len(candidates)
     cost = lambda tables: estimator.estimate(Plan(task=task, tables=tuple(tables))).max_ms  # noqa: E731
     if len(candidates) > 1 and len(_units(task, candidates[0])[0]) > POLISH_ALL_MAX_UNITS:
-        keep = int(np.argmin([cost(c) * h for c, h in zip(candidates, handicaps)]))
-        candidates, handicaps = [candidates[keep]], [handicaps[keep]]
+        candidates = [candidates[int(np.argmin([cost(c) for c in candidates]))]]
     polished = [polish(task, estimator, c, placer) for c in candidates]
     if len(polished) == 1:  # nothing to choose between: skip a full estimate
         return polished
-    keys = [cost(c) * h for c, h in zip(polished, handicaps)]
-    return [polished[i] for i in sorted(range(len(polished)), key=lambda i: (keys[i], i))]
+    costs = [cost(c) for c in polished]
+    return [polished[i] for i in sorted(range(len(polished)), key=lambda i: (costs[i], i))]
 
