@@ -18,9 +18,10 @@ It also gives the cross-fitted figure: the slowest rank chosen on half the
 rounds and valued on the other half, which is biased the other way (below
 the true maximum when ranks are close). The truth lies between the two.
 
-Comm is the comm model's, as in the bench: the plans are planned again (the
-searchers are seeded) to read it, and their predicted compute is checked
-against the file's.
+Comm is the comm model's, as in the bench: read from the file's
+``rank_comm_ms`` (bench runs since 2026-11-23 08:00 UTC), or, for older
+files, from the plans planned again (the searchers are seeded), whose
+predicted compute is then checked against the file's.
 
     .venv/bin/python bench/rounds_bias.py bench/results/bench-cpu-2c-cpu-bench-rounds6.csv
 """
@@ -69,6 +70,16 @@ def cross_fitted(rounds: np.ndarray, comm: np.ndarray, splits: list[tuple[int, .
     return float(np.mean(values))
 
 
+def replanned_comm(r: pd.Series, suite: Path, est) -> np.ndarray:
+    """Per-rank comm of a bench row written before the bench kept it: the plan planned again."""
+    plan = get_searcher(r.searcher).plan(load_task(suite / f"{r.task}.json"), est, seed=0)
+    predicted = np.array([c.compute_ms for c in plan.cost.per_rank])
+    if not np.allclose(predicted, json.loads(r.predicted_rank_compute_ms), rtol=1e-3, atol=1e-3):
+        raise SystemExit(f"{r.task}/{r.searcher}: the plan planned now is not the bench's (its predicted "
+                         f"compute differs); pass the bench's --model")
+    return np.array([c.fwd_comm_ms + c.bwd_comm_ms for c in plan.cost.per_rank])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results", type=Path, help="a bench results CSV measured with several rounds")
@@ -87,12 +98,8 @@ def main() -> None:
     n_rounds = min(len(json.loads(s)[0]) for s in df.measured_rank_rounds_ms)
     rows = []
     for _, r in df.iterrows():
-        plan = get_searcher(r.searcher).plan(load_task(args.suite / f"{r.task}.json"), est, seed=0)
-        predicted = np.array([c.compute_ms for c in plan.cost.per_rank])
-        if not np.allclose(predicted, json.loads(r.predicted_rank_compute_ms), rtol=1e-3, atol=1e-3):
-            raise SystemExit(f"{r.task}/{r.searcher}: the plan planned now is not the bench's (its predicted "
-                             f"compute differs); pass the bench's --model")
-        comm = np.array([c.fwd_comm_ms + c.bwd_comm_ms for c in plan.cost.per_rank])
+        comm = np.array(json.loads(r.rank_comm_ms)) if isinstance(r.get("rank_comm_ms"), str) \
+            else replanned_comm(r, args.suite, est)
         rounds = np.array([x[:n_rounds] for x in json.loads(r.measured_rank_rounds_ms)])
         row = {"task": r.task, "searcher": r.searcher, "ranks": len(comm)}
         for k in range(1, n_rounds + 1):

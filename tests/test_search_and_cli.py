@@ -194,6 +194,8 @@ def test_bench_measures_and_compares_to_torchrec(tmp_path, task_dict, estimator)
         measured, predicted = json.loads(row.measured_rank_compute_ms), json.loads(row.predicted_rank_compute_ms)
         assert len(measured) == len(predicted) == task_dict["topology"]["world_size"]
         assert max(measured) == pytest.approx(row.measured_compute_ms, abs=1e-3)
+        comm = json.loads(row.rank_comm_ms)  # the plan's cost rebuilt from the file: slowest compute + comm
+        assert max(m + c for m, c in zip(measured, comm)) == pytest.approx(row.measured_ms, abs=1e-2)
     assert not df[df.task == "b"].valid.any()
     md = (tmp_path / "out" / "t.md").read_text()
     assert "geomean_vs_torchrec" in md and "predicted_geomean_vs_torchrec" in md and (tmp_path / "out" / "t.csv").exists()

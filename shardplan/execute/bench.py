@@ -69,6 +69,8 @@ def bench_task(task: Task, searchers: list[str], estimator: PlanEstimator, profi
                        # Every rank, not only the slowest: where the model misses on a balanced plan.
                        measured_rank_compute_ms=json.dumps([round(r.compute_ms, 4) for r in m.per_rank]),
                        predicted_rank_compute_ms=json.dumps([round(r.compute_ms, 4) for r in plan.cost.per_rank]),
+                       # Comm is the comm model's in both costs: with it, a rank's cost can be rebuilt.
+                       rank_comm_ms=json.dumps([round(r.fwd_comm_ms + r.bwd_comm_ms, 4) for r in m.per_rank]),
                        # Every round of every rank: other estimators (the median) can be computed afterwards.
                        measured_rank_rounds_ms=json.dumps(m.extra["rounds_compute_ms_per_rank"]),
                        round_slowdown=json.dumps(m.extra["slowdown_per_round"]))
