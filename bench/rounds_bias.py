@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from shardplan.cost.estimator import load_estimator
+from shardplan.cost.estimator import PlanEstimator, load_estimator
 from shardplan.cost.profiles import load1
 from shardplan.execute.bench import REFERENCE, geomean_vs
 from shardplan.formats import load_task, write_text_atomic
@@ -70,7 +70,7 @@ def cross_fitted(rounds: np.ndarray, comm: np.ndarray, splits: list[tuple[int, .
     return float(np.mean(values))
 
 
-def replanned_comm(r: pd.Series, suite: Path, est) -> np.ndarray:
+def replanned_comm(r: pd.Series, suite: Path, est: PlanEstimator) -> np.ndarray:
     """Per-rank comm of a bench row written before the bench kept it: the plan planned again."""
     plan = get_searcher(r.searcher).plan(load_task(suite / f"{r.task}.json"), est, seed=0)
     predicted = np.array([c.compute_ms for c in plan.cost.per_rank])

@@ -30,6 +30,7 @@ from shardplan.cost.estimator import load_estimator
 from shardplan.cost.kernel import RankOp, keep_freed_memory, time_reference
 from shardplan.cost.profiles import get_profile, load1, reference_ms
 from shardplan.cost.specs import ShardSpec, rank_specs
+from shardplan.domain import Plan
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import DEFAULT_SEARCHER, get_searcher
 from provenance import provenance  # a sibling: bench/ is on sys.path when run
@@ -37,7 +38,7 @@ from provenance import provenance  # a sibling: bench/ is on sys.path when run
 SPLIT_TYPES = ("column_wise", "row_wise", "table_row_wise")
 
 
-def split_tables(plan) -> dict[str, tuple[str, list[ShardSpec]]]:
+def split_tables(plan: Plan) -> dict[str, tuple[str, list[ShardSpec]]]:
     """Per split table of ``plan``: its sharding type and its shards' specs (from every rank)."""
     kinds = {t.name: t.sharding_type for t in plan.tables if t.sharding_type in SPLIT_TYPES}
     out: dict[str, tuple[str, list[ShardSpec]]] = {}
