@@ -76,8 +76,7 @@ def main() -> None:
         plan = get_searcher(DEFAULT_SEARCHER).plan(task, est, seed=0)
         for table, (kind, shards) in split_tables(plan).items():
             variants = {"whole": [whole_of(kind, shards)], "shards": shards}
-            predicted = {k: sum(float(np.add(*est.compute.predict([[s]]))[0]) for s in v)
-                         for k, v in variants.items()}
+            predicted = {k: sum(f + b for f, b in est.rank_compute([[s] for s in v])) for k, v in variants.items()}
             ops = {k: [RankOp([s], task.optimizer, task.dtype, profile.device) for s in v]
                    for k, v in variants.items()}
             measured: dict[str, list[float]] = {k: [] for k in ops}
