@@ -39,7 +39,8 @@ def _cmd_collect_compute(args: argparse.Namespace) -> int:
     default_name = "compute.parquet" if args.max_shards <= 15 else "compute-large.parquet"
     out = Path(args.out) if args.out else profile.dir / default_name
     df = collect_compute(profile, pool, out, args.samples, seed=args.seed, optimizer=args.optimizer,
-                         repeats=args.repeats, min_shards=args.min_shards, max_shards=args.max_shards)
+                         repeats=args.repeats, min_shards=args.min_shards, max_shards=args.max_shards,
+                         max_seconds=args.max_seconds)
     print(f"{out}: {len(df)} samples")
     return 0
 
@@ -521,6 +522,8 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--repeats", type=int, default=None, help="timed iterations (default: the profile's)")
     cc.add_argument("--min-shards", type=int, default=1)
     cc.add_argument("--max-shards", type=int, default=15)
+    cc.add_argument("--max-seconds", type=float, default=None,
+                    help="stop after this long, keeping what was collected (run again to resume)")
     cc.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute.parquet, "
                                   "compute-large.parquet when --max-shards > 15)")
     cc.set_defaults(func=_cmd_collect_compute)

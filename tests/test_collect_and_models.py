@@ -52,6 +52,8 @@ def test_collector_writes_stamped_rows_and_resumes(tmp_path):
     assert all(len(specs_from_json(s)) == n for s, n in zip(df["shards"], df["num_shards"]))
     again = collect_compute(prof, POOL, out, 3, seed=5, repeats=2, warmup=1)
     assert len(again) == 3  # nothing redone
+    stopped = collect_compute(prof, POOL, out, 8, seed=5, repeats=2, warmup=1, max_seconds=0)
+    assert len(stopped) == 3  # past its deadline at once: nothing added, nothing lost
     more = collect_compute(prof, POOL, out, 5, seed=5, repeats=2, warmup=1)
     assert sorted(more["sample"]) == [0, 1, 2, 3, 4]
     assert pd.read_parquet(out)["shards"].iloc[0] == df["shards"].iloc[0]
@@ -131,6 +133,11 @@ def test_train_round_trip_on_a_tiny_collected_sample(tmp_path):
     assert (tmp_path / "reference.json").exists() and (tmp_path / "compute-model-report.md").exists()
     f, b = model.predict([specs_from_json(df.shards.iloc[0])])
     assert f[0] > 0 and b[0] > 0
+    # a GPU profile learns its labels as timed: no slowdown divided out, so no raw-label split either
+    gpu = train_and_report(get_profile("h100"), epochs=3, data_dir=tmp_path, out_dir=tmp_path / "h100",
+                           progress=False)
+    assert "undivided" in gpu["labels"] and list(gpu["evaluation"]) == ["holdout"]
+    assert NeuralCostModel.load(tmp_path / "h100" / "compute-model.json", profile="h100")
 
     # the same sets as plan groups (levels off by one factor per group): learnt, held out by group
     groups = df[["shards", "fwd_ms", "bwd_ms"]].assign(group=[f"g{i // 5}" for i in range(len(df))],

@@ -37,3 +37,20 @@ def test_lean_drop_keeps_the_training_libraries() -> None:
 def test_check_runs_the_tbe_training_op(capsys) -> None:
     fbgemm_parts.check()  # on the CPU build here: the same op, forward and fused-SGD backward
     assert '"fused_sgd_updated_weights": true' in capsys.readouterr().out
+
+
+def test_lean_package_drops_the_libraries_from_the_loader_list_too(tmp_path) -> None:
+    init = 'libs = [\n    "fbgemm_gpu_config",\n    "fbgemm_gpu_tbe_inference",\n    "fbgemm_gpu_tbe_training_backward",\n' \
+           '    "fbgemm_gpu_tbe_training_backward_vbe",\n    "fbgemm_gpu_py",\n]\n'
+    lean = fbgemm_parts.lean_init(init)
+    assert '"fbgemm_gpu_tbe_inference"' not in lean and '"fbgemm_gpu_tbe_training_backward_vbe"' not in lean
+    assert all(f'"{k}"' in lean for k in ("fbgemm_gpu_config", "fbgemm_gpu_tbe_training_backward", "fbgemm_gpu_py"))
+    full = tmp_path / "full" / "fbgemm_gpu"
+    full.mkdir(parents=True)
+    (full / "__init__.py").write_text(init)
+    for name in ("fbgemm_gpu_py.so", "fbgemm_gpu_tbe_inference.so"):
+        (full / name).write_bytes(b"\x7fELF")
+    view = fbgemm_parts.lean_view(tmp_path / "full", tmp_path / "lean")
+    assert (view / "fbgemm_gpu" / "fbgemm_gpu_py.so").is_symlink()
+    assert not (view / "fbgemm_gpu" / "fbgemm_gpu_tbe_inference.so").exists()
+    assert (view / "fbgemm_gpu" / "__init__.py").read_text() == lean

@@ -14,6 +14,8 @@ unpacked. This script (standard library only, so it runs on both machines):
             between calls loses nothing already unpacked).
 ``unpack``  extracts parts into a target folder (Python's ``lzma``: no ``zstd``
             or ``xz`` binary needed); idempotent, one marker per part.
+``lean-check`` tries what ``--lean`` would carry: a view of an unpacked full
+            package without the dropped libraries, its loader list patched.
 ``check``   imports fbgemm_gpu from the target and runs one forward and
             backward of ``SplitTableBatchedEmbeddingBagsCodegen`` with a fused
             SGD on the GPU (on CPU when there is none, for the CPU build).
@@ -56,6 +58,33 @@ def download(dest: Path) -> Path:
 def _dropped(name: str, lean: bool) -> bool:
     base = name.rsplit("/", 1)[-1]
     return lean and base.endswith(".so") and any(k in base for k in LEAN_DROP)
+
+
+def lean_init(text: str) -> str:
+    """fbgemm_gpu's ``__init__.py`` without the dropped libraries in its load list (it loads every
+    library it lists and raises on a missing one)."""
+    return "".join(line for line in text.splitlines(keepends=True)
+                   if not re.fullmatch(r'\s*"fbgemm_gpu_\w+",\s*', line)
+                   or not _dropped(line.strip().strip('",') + ".so", lean=True))
+
+
+def lean_view(target: Path, out: Path) -> Path:
+    """A lean package made of links into an unpacked full one (``target``), with the patched loader
+    list: what ``pack --lean`` would carry, tried without carrying it."""
+    src = target / "fbgemm_gpu"
+    for p in src.rglob("*"):
+        rel = p.relative_to(target)
+        if p.is_dir() or _dropped(str(rel), lean=True):
+            continue
+        dest = out / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if dest.exists() or dest.is_symlink():
+            dest.unlink()
+        if rel == Path("fbgemm_gpu/__init__.py"):
+            dest.write_text(lean_init(p.read_text()))
+        else:
+            dest.symlink_to(p)
+    return out
 
 
 CHUNK = re.compile(r"^(?P<name>.+)\.chunk(?P<k>\d{3})of(?P<n>\d{3})$")
@@ -197,16 +226,26 @@ def main() -> None:
     u.add_argument("parts", nargs="+", type=Path)
     u.add_argument("--target", type=Path, default=Path("/tmp/fbgemm"))
     sub.add_parser("check")
+    lv = sub.add_parser("lean-check", help="check a lean view of an unpacked full package (links, patched loader)")
+    lv.add_argument("--target", type=Path, default=Path("/tmp/fbgemm"))
+    lv.add_argument("--out", type=Path, default=Path("/tmp/fbgemm-lean"))
     args = ap.parse_args()
     if args.cmd == "pack":
         wheel = download(Path(args.wheel_dir))
         with zipfile.ZipFile(wheel) as z:
             members = {i.filename: z.read(i) for i in z.infolist()
                        if not i.is_dir() and not _dropped(i.filename, args.lean)}
+        if args.lean:
+            members["fbgemm_gpu/__init__.py"] = lean_init(members["fbgemm_gpu/__init__.py"].decode()).encode()
         for path in pack(members, Path(args.out), args.max_part_mib, preset=args.preset):
             print(f"{path}: {path.stat().st_size / 2**20:.1f} MiB")
     elif args.cmd == "unpack":
         unpack(args.parts, args.target)
+    elif args.cmd == "lean-check":
+        view = lean_view(args.target, args.out)
+        import os
+        env = {**os.environ, "PYTHONPATH": f"{view}:{os.environ.get('PYTHONPATH', '')}"}
+        sys.exit(subprocess.run([sys.executable, __file__, "check"], env=env).returncode)
     else:
         check()
 

@@ -2,32 +2,50 @@
 # The whole GPU job, run on the lent GPU machine from the repository root, in stages so that each
 # device call stays under its time limit:  bash scripts/gpu/job.sh install collect suite
 #
-# Carried in (prepared on CPU first; see data/profiles/README.md):
-#   build/fbgemm-parts/part-*.tar.xz   fbgemm-gpu 1.6.0 in parts (scripts/gpu/fbgemm_parts.py pack)
-#   build/wheels-gpu/*.whl             pydantic and its deps (the GPU image lacks them): pip download there
+# Carried in (prepared on CPU first; see README "The GPU job"):
+#   build/fbgemm-parts/part-*.tar.xz   fbgemm-gpu 1.6.0 in parts (scripts/gpu/fbgemm_parts.py pack); a call
+#                                      can carry some of them and run `unpack` alone: a machine that stays
+#                                      warm keeps what was unpacked
+#   build/wheels-gpu/*.whl             pydantic and its deps (the GPU image lacks them): pip download here
 #   build/gpu-plans/*.json             the suite's plans (python bench/gpu_suite.py plan --profile <gpu>)
 # Everything it writes goes to $OUT (default out/gpu): the fbgemm check, GPU identity, compute.parquet,
-# the suite's results.
+# the suite's results. What must outlive one call (the cost data being collected) is kept in $STATE,
+# which survives while the machine stays warm, and copied to $OUT at the end of each stage.
 set -euo pipefail
 OUT=${OUT:-out/gpu}
 TARGET=${FBGEMM_TARGET:-/tmp/fbgemm}
-mkdir -p "$OUT"
-export PYTHONPATH="$PWD:$TARGET${PYTHONPATH:+:$PYTHONPATH}"
-PROFILE=${PROFILE:-$(python3 -c "import torch; print('h200' if 'H200' in torch.cuda.get_device_name(0) else 'h100')")}
+STATE=${STATE:-/tmp/shardplan-gpu}
+mkdir -p "$OUT" "$STATE"
+export PYTHONPATH="$PWD:$TARGET${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# Tables come and go in sizes up to tens of GB, sample after sample: growable segments keep the
+# caching allocator from fragmenting into an out-of-memory.
+export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
+profile() { python3 -c "import torch; print('h200' if 'H200' in torch.cuda.get_device_name(0) else 'h100')"; }
 for stage in "$@"; do
   case $stage in
+    unpack)
+      python3 scripts/gpu/fbgemm_parts.py unpack build/fbgemm-parts/part-*.tar.xz --target "$TARGET" ;;
     install)
       python3 scripts/gpu/fbgemm_parts.py unpack build/fbgemm-parts/part-*.tar.xz --target "$TARGET"
       if ls build/wheels-gpu/*.whl >/dev/null 2>&1; then
-        python3 -m pip install --no-index --no-deps --target "$TARGET" build/wheels-gpu/*.whl
+        python3 -m pip install -q --no-index --no-deps --no-compile --target "$TARGET" build/wheels-gpu/*.whl
       fi
-      nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.csv"
-      python3 scripts/gpu/fbgemm_parts.py check | tee "$OUT/fbgemm-check.json" ;;
+      nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/gpu.csv"
+      python3 scripts/gpu/fbgemm_parts.py check | tee "$OUT/fbgemm-check.json"
+      # would a lean package (a third smaller) do? recorded for the next carry, never fatal
+      python3 scripts/gpu/fbgemm_parts.py lean-check --target "$TARGET" > "$OUT/fbgemm-lean-check.txt" 2>&1 \
+        || echo "lean package failed its check (see fbgemm-lean-check.txt)" ;;
     collect)
-      python3 -m shardplan.cli collect compute --profile "$PROFILE" --samples "${SAMPLES:-5000}" \
-          --out "$OUT/compute.parquet" ;;
+      python3 -m shardplan.cli collect compute --profile "${PROFILE:-$(profile)}" --samples "${SAMPLES:-5000}" \
+          --max-seconds "${COLLECT_SECONDS:-480}" --out "$STATE/compute.parquet"
+      cp "$STATE/compute.parquet" "$OUT/" ;;
+    collect-large)
+      python3 -m shardplan.cli collect compute --profile "${PROFILE:-$(profile)}" --samples "${LARGE_SAMPLES:-300}" \
+          --seed 1 --min-shards 16 --max-shards 30 --max-seconds "${COLLECT_SECONDS:-480}" \
+          --out "$STATE/compute-large.parquet"
+      cp "$STATE/compute-large.parquet" "$OUT/" ;;
     suite)
-      python3 bench/gpu_suite.py run --profile "$PROFILE" --plans build/gpu-plans --out "$OUT" ;;
-    *) echo "unknown stage $stage (install, collect, suite)" >&2; exit 2 ;;
+      python3 bench/gpu_suite.py run --profile "${PROFILE:-$(profile)}" --plans build/gpu-plans --out "$OUT" ;;
+    *) echo "unknown stage $stage (unpack, install, collect, collect-large, suite)" >&2; exit 2 ;;
   esac
 done

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -97,6 +98,13 @@ def _stamp(profile: Profile, optimizer: str, dtype: str) -> dict[str, object]:
 COLLECT_ATTEMPTS = 4  # a sample timed while the machine was disturbed is retried (kernel.disturbed)
 
 
+def collect_attempts(profile: Profile) -> int:
+    """Timings a sample may take. The shared CPU VM drifts, so a disturbed sample is retried; a lent GPU is
+    the process's alone, and its sub-millisecond reference reads launch jitter as disturbance, so a GPU
+    sample is timed once (its references are still recorded beside it)."""
+    return COLLECT_ATTEMPTS if profile.device == "cpu" else 1
+
+
 def quiet_reference_ms(profile: Profile) -> float:
     """The reference time of the quiet machine: the profile's ``reference.json`` or, on a
     profile not yet trained, the fastest of a few timings now."""
@@ -117,7 +125,7 @@ def timed_row(specs: list[ShardSpec], optimizer: str, dtype: str, profile: Profi
     or changed speed during the timing; recorded), the load and the date."""
     before = load1()
     b = time_specs_bracketed(specs, optimizer, dtype, profile.device, id_seed, warmup, repeats,
-                             quiet_ms=quiet_ms, max_attempts=COLLECT_ATTEMPTS, slow_limit=slow_limit)
+                             quiet_ms=quiet_ms, max_attempts=collect_attempts(profile), slow_limit=slow_limit)
     t = b.timing
     return {**spec_columns(specs), "id_seed": id_seed, "fwd_ms": t.fwd_ms, "bwd_ms": t.bwd_ms,
             "fwd_samples_ms": list(t.fwd_samples_ms), "bwd_samples_ms": list(t.bwd_samples_ms),
@@ -186,11 +194,14 @@ def retime(profile: Profile, src: Path, out: Path, flush_every: int = 25) -> pd.
 def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples: int, seed: int = 0,
                     optimizer: str = "sgd", dtype: str = "fp32", flush_every: int = 25,
                     warmup: int | None = None, repeats: int | None = None, min_shards: int = 1,
-                    max_shards: int = 15) -> pd.DataFrame:
+                    max_shards: int = 15, max_seconds: float | None = None) -> pd.DataFrame:
     """Append samples to ``out`` until it holds ``num_samples`` rows of this seed; resumable.
 
-    ``warmup``/``repeats`` default to the profile's timing protocol.
+    ``warmup``/``repeats`` default to the profile's timing protocol. With ``max_seconds`` it stops
+    (what it has written kept) once that much time has passed, so that a lent machine's time limit
+    ends a call cleanly and the next call resumes.
     """
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
     warmup = profile.warmup if warmup is None else warmup
     repeats = profile.repeats if repeats is None else repeats
     profile.use_threads()
@@ -202,6 +213,8 @@ def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples:
     rows: list[dict] = []
     out.parent.mkdir(parents=True, exist_ok=True)
     for i in tqdm(todo, desc=f"collect compute [{profile.name}]", initial=len(done), total=num_samples):
+        if deadline is not None and time.monotonic() > deadline:
+            break
         rng = np.random.default_rng([seed, i])
         specs = random_sample(rng, pool, profile, min_shards, max_shards)
         rows.append({"seed": seed, "sample": i, "source": "random",

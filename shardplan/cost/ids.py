@@ -10,6 +10,14 @@ A row-wise shard sees only the ids that fall into its row range.
 
 Everything is seeded: the same table, batch and seed give the same ids on every
 rank and in every process, so a plan's ranks are measured on consistent inputs.
+
+Two generators draw the same law. On CPU, NumPy's (:func:`table_bags`, what
+the ``cpu-2c`` data were taken with). On a GPU, torch's on the device
+(:func:`table_bags_torch`): a large GPU sample looks up some 20 million ids,
+which NumPy draws on the host in about a second, longer than building and
+timing the op itself. The two give different ids for the same seed, so a
+profile keeps to one of them; the torch one runs on CPU too, which is how the
+tests check that both draw the same law.
 """
 from __future__ import annotations
 
@@ -17,6 +25,7 @@ import zlib
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 _SCATTER_PRIME = 2_654_435_761  # > any num_embeddings we accept; prime, so coprime with N
 
@@ -42,7 +51,7 @@ def zipf_ranks(rng: np.random.Generator, num_rows: int, alpha: float, n: int) ->
 class Bags:
     """Lookups of one table for a batch: ``lengths[b]`` ids for sample b, concatenated in ``ids``."""
 
-    lengths: np.ndarray  # int64 [B]
+    lengths: np.ndarray  # int64 [B] (a torch tensor from table_bags_torch)
     ids: np.ndarray  # int64 [sum(lengths)]
 
 
@@ -62,6 +71,39 @@ def shard_bags(bags: Bags, row_offset: int, num_rows: int) -> Bags:
     keep = (bags.ids >= row_offset) & (bags.ids < row_offset + num_rows)
     sample_of = np.repeat(np.arange(len(bags.lengths)), bags.lengths)
     lengths = np.bincount(sample_of[keep], minlength=len(bags.lengths)).astype(np.int64)
+    return Bags(lengths=lengths, ids=bags.ids[keep] - row_offset)
+
+
+def zipf_ranks_torch(u: torch.Tensor, num_rows: int, alpha: float) -> torch.Tensor:
+    """:func:`zipf_ranks`' law applied to uniforms ``u`` (float64, on any device)."""
+    if alpha <= 1e-9:
+        k = torch.floor(u * num_rows)
+    elif abs(alpha - 1.0) < 1e-6:
+        k = torch.floor(torch.pow(float(num_rows), u)) - 1
+    else:
+        a1 = 1.0 - alpha
+        k = torch.floor(torch.pow((float(num_rows) ** a1 - 1.0) * u + 1.0, 1.0 / a1)) - 1
+    return k.clamp_(0, num_rows - 1).to(torch.int64)
+
+
+def table_bags_torch(name: str, num_rows: int, pooling_factor: float, zipf_alpha: float,
+                     batch_size: int, seed: int = 0, device: str | torch.device = "cpu") -> Bags:
+    """:func:`table_bags` drawn by torch's generator on ``device``; ``lengths``/``ids`` are tensors there."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(table_seed(name, seed))
+    rate = torch.full((batch_size,), float(pooling_factor), dtype=torch.float64, device=device)
+    lengths = torch.poisson(rate, generator=gen).to(torch.int64)
+    u = torch.rand(int(lengths.sum()), dtype=torch.float64, device=device, generator=gen)
+    offset = table_seed(name, 7919) % num_rows
+    ids = (zipf_ranks_torch(u, num_rows, zipf_alpha) * _SCATTER_PRIME + offset) % num_rows
+    return Bags(lengths=lengths, ids=ids)
+
+
+def shard_bags_torch(bags: Bags, row_offset: int, num_rows: int) -> Bags:
+    """:func:`shard_bags` for the tensors of :func:`table_bags_torch`."""
+    keep = (bags.ids >= row_offset) & (bags.ids < row_offset + num_rows)
+    sample_of = torch.repeat_interleave(torch.arange(len(bags.lengths), device=bags.ids.device), bags.lengths)
+    lengths = torch.bincount(sample_of[keep], minlength=len(bags.lengths)).to(torch.int64)
     return Bags(lengths=lengths, ids=bags.ids[keep] - row_offset)
 
 

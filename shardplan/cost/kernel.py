@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from .ids import Bags, shard_bags, table_bags
+from .ids import Bags, shard_bags, shard_bags_torch, table_bags, table_bags_torch
 from .specs import ShardSpec
 
 OPTIMIZER_NAMES = {"sgd": "EXACT_SGD", "rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD",
@@ -95,6 +95,11 @@ def _build_tbe(shards: list[ShardInput], optimizer: str, dtype: str, device: tor
 
 
 def _inputs(shards: list[ShardInput], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    if isinstance(shards[0].bags.ids, torch.Tensor):  # drawn on the device (ids.table_bags_torch)
+        lengths_t = torch.cat([s.bags.lengths for s in shards]).to(device)
+        offsets_t = torch.zeros(len(lengths_t) + 1, dtype=torch.int64, device=device)
+        torch.cumsum(lengths_t, 0, out=offsets_t[1:])
+        return torch.cat([s.bags.ids for s in shards]).to(device), offsets_t
     lengths = np.concatenate([s.bags.lengths for s in shards])
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -159,13 +164,17 @@ def time_shards(shards: list[ShardInput], optimizer: str = "sgd", dtype: str = "
     return FusedOp(shards, optimizer, dtype, device).run(warmup, repeats)
 
 
-def shard_inputs(specs: list[ShardSpec], id_seed: int) -> list[ShardInput]:
-    """Materialise the lookups of each shard spec (DESIGN.md's id recipe)."""
+def shard_inputs(specs: list[ShardSpec], id_seed: int, device: str = "cpu") -> list[ShardInput]:
+    """Materialise the lookups of each shard spec (DESIGN.md's id recipe): NumPy's generator for the
+    CPU, torch's on a CUDA device (see :mod:`shardplan.cost.ids` for why two)."""
+    on_device = torch.device(device).type == "cuda"
+    draw, cut = (table_bags_torch, shard_bags_torch) if on_device else (table_bags, shard_bags)
+    extra = {"device": device} if on_device else {}
     inputs = []
     for s in specs:
-        bags = table_bags(s.table, s.table_rows, s.pooling_factor, s.zipf_alpha, s.batch_size, id_seed)
+        bags = draw(s.table, s.table_rows, s.pooling_factor, s.zipf_alpha, s.batch_size, id_seed, **extra)
         if s.rows != s.table_rows:
-            bags = shard_bags(bags, s.row_offset, s.rows)
+            bags = cut(bags, s.row_offset, s.rows)
         inputs.append(ShardInput(rows=s.rows, cols=s.cols, bags=bags))
     return inputs
 
@@ -176,7 +185,7 @@ class RankOp:
 
     def __init__(self, specs: list[ShardSpec], optimizer: str, dtype: str, device: str,
                  id_seed: int = 0) -> None:
-        self.ops = [FusedOp(shard_inputs([s for s in specs if s.batch_size == batch], id_seed),
+        self.ops = [FusedOp(shard_inputs([s for s in specs if s.batch_size == batch], id_seed, device),
                             optimizer, dtype, device)
                     for batch in sorted({s.batch_size for s in specs})]
 
@@ -205,13 +214,23 @@ def time_specs(specs: list[ShardSpec], optimizer: str, dtype: str, device: str, 
 REFERENCE_SPECS = (ShardSpec("reference-a", 200_000, 0, 200_000, 64, 8.0, 0.9, 2048),
                    ShardSpec("reference-b", 50_000, 0, 50_000, 32, 4.0, 1.1, 2048))
 _reference_inputs: dict[str, list[ShardInput]] = {}
+_reference_ops: dict[str, FusedOp] = {}
 
 
 def time_reference(device: str = "cpu") -> float:
-    """Median fwd+bwd ms of the fixed reference workload, now."""
+    """Median fwd+bwd ms of the fixed reference workload, now.
+
+    On CPU the op is built afresh each time, as the ``cpu-2c`` references were taken. On a GPU it is
+    built once per process: building costs tens of ms there against well under a ms of timing, and
+    two references bracket every sample."""
     if device not in _reference_inputs:
-        _reference_inputs[device] = shard_inputs(list(REFERENCE_SPECS), 0)
-    t = time_shards(_reference_inputs[device], warmup=2, repeats=5, device=device)
+        _reference_inputs[device] = shard_inputs(list(REFERENCE_SPECS), 0, device)
+    if torch.device(device).type == "cuda":
+        op = _reference_ops.get(device) or _reference_ops.setdefault(device, FusedOp(_reference_inputs[device],
+                                                                                      device=device))
+        t = op.run(warmup=2, repeats=5)
+    else:
+        t = time_shards(_reference_inputs[device], warmup=2, repeats=5, device=device)
     return t.fwd_ms + t.bwd_ms
 
 

@@ -96,8 +96,9 @@ class _Rank:
         for batch in sorted({s.batch_size for s in specs}):
             idx = [i for i, s in enumerate(specs) if s.batch_size == batch]
             group = [specs[i] for i in idx]
-            tbe = _build_tbe(shard_inputs(group, 0), task.optimizer, task.dtype, device)
-            inputs = [_inputs(shard_inputs(group, seed * 1009 + k), device) for k in range(DISTINCT_BATCHES)]
+            batches = [shard_inputs(group, seed * 1009 + k, str(device)) for k in range(DISTINCT_BATCHES)]
+            tbe = _build_tbe(batches[0], task.optimizer, task.dtype, device)
+            inputs = [_inputs(b, device) for b in batches]
             # (table, column offset, columns, column offset within this TBE's output)
             places, at = [], 0
             for i in idx:
