@@ -30,6 +30,7 @@ import argparse
 import io
 import json
 import lzma
+import os
 import re
 import subprocess
 import sys
@@ -243,7 +244,6 @@ def main() -> None:
         unpack(args.parts, args.target)
     elif args.cmd == "lean-check":
         view = lean_view(args.target, args.out)
-        import os
         env = {**os.environ, "PYTHONPATH": f"{view}:{os.environ.get('PYTHONPATH', '')}"}
         sys.exit(subprocess.run([sys.executable, __file__, "check"], env=env).returncode)
     else:

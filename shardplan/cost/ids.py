@@ -51,8 +51,8 @@ def zipf_ranks(rng: np.random.Generator, num_rows: int, alpha: float, n: int) ->
 class Bags:
     """Lookups of one table for a batch: ``lengths[b]`` ids for sample b, concatenated in ``ids``."""
 
-    lengths: np.ndarray  # int64 [B] (a torch tensor from table_bags_torch)
-    ids: np.ndarray  # int64 [sum(lengths)]
+    lengths: np.ndarray | torch.Tensor  # int64 [B] (tensors from table_bags_torch)
+    ids: np.ndarray | torch.Tensor  # int64 [sum(lengths)]
 
 
 def table_bags(name: str, num_rows: int, pooling_factor: float, zipf_alpha: float,
