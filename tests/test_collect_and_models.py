@@ -512,37 +512,3 @@ def test_split_batches_prices_a_set_as_the_sum_of_its_one_batch_parts(tmp_path):
            for name, m in (("split", split), ("joint", joint))}
     # 2026-11-23: 5.7% split, 8.5% joint
     assert err["split"] < 0.8 * err["joint"], err
-
-
-def test_ensemble_is_the_members_geometric_mean_whole_and_incremental(tmp_path):
-    from shardplan.cost.ensemble import EnsembleCostModel, load_compute_model
-    from shardplan.cost.estimator import load_estimator
-
-    sets, fwd, bwd = _synthetic(200)
-    members = [NeuralCostModel(profile="cpu-2c", epochs=5, hidden=16, code=8 + 4 * s, seed=s)
-               .fit(sets, fwd, bwd, progress=False) for s in range(2)]
-    ens = EnsembleCostModel(members)
-    f, b = ens.predict(sets[:5])
-    (f0, b0), (f1, b1) = (m.predict(sets[:5]) for m in members)
-    assert np.allclose(f, np.sqrt(f0 * f1)) and np.allclose(b, np.sqrt(b0 * b1)) and not np.allclose(f0, f1)
-    specs = sets[0] + sets[1]  # the searchers' incremental sums price a rank as predict does
-    codes, times = ens.encode_shards(specs)
-    assert codes.shape == (len(specs), 20) and times.shape == (len(specs), ens.times_width) == (len(specs), 4)
-    ms = ens.combine(codes.sum(0, keepdims=True), times.sum(0, keepdims=True), np.array([len(specs)]))
-    (ef, eb), = zip(*ens.predict([specs]))
-    assert ms[0] == pytest.approx([ef, eb], rel=1e-4)
-    assert ens.combine(np.zeros((1, 20)), np.zeros((1, 4)), np.array([0])).tolist() == [[0.0, 0.0]]
-    # saved as a manifest of member files; the estimator loads either kind
-    paths = [tmp_path / "m" / f"seed-{s}.json" for s in range(2)]
-    for m, p in zip(members, paths):
-        p.parent.mkdir(exist_ok=True)
-        m.save(p)
-    ens.save(tmp_path / "ensemble.json", paths)
-    again = load_compute_model(tmp_path / "ensemble.json", profile="cpu-2c")
-    assert isinstance(again, EnsembleCostModel) and np.allclose(again.predict(sets[:5])[0], f, rtol=1e-5)
-    assert isinstance(load_estimator("cpu-2c", tmp_path / "ensemble.json").compute, EnsembleCostModel)
-    with pytest.raises(InputError, match="trained for profile 'cpu-2c'"):
-        load_compute_model(tmp_path / "ensemble.json", profile="h100")
-    (tmp_path / "m" / "seed-1.json").unlink()
-    with pytest.raises(InputError, match="seed-1.json"):
-        load_compute_model(tmp_path / "ensemble.json", profile="cpu-2c")

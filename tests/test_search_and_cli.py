@@ -372,17 +372,3 @@ def test_placer_sums_price_data_parallel_replicas_as_the_model_does(plan_dict, e
     assert (apart > 0).all() and count.tolist() == [2, 2]  # b's and c's shards summed, a's apart
     whole = [f + b for f, b in estimator.rank_compute(rank_specs(Plan(plan.task, plan.tables)))]
     assert placer.ms(code_sum, time_sum, count, apart) == pytest.approx(whole, rel=1e-4)
-
-
-def test_searchers_plan_with_an_ensemble_as_with_its_one_model(task_dict, model_path):
-    """An ensemble of one model twice prices every rank as that model: the same plans, the same costs."""
-    from shardplan.cost.ensemble import EnsembleCostModel
-
-    one = NeuralCostModel.load(model_path)
-    comm = comm_model_for(get_profile("cpu-2c"))
-    single = PlanEstimator(one, comm, "cpu-2c", "one")
-    twice = PlanEstimator(EnsembleCostModel([one, NeuralCostModel.load(model_path)]), comm, "cpu-2c", "twice")
-    task = _bigger_task(task_dict)
-    for name in ("neuroshard", "greedy-cost"):
-        a, b = get_searcher(name).plan(task, single), get_searcher(name).plan(task, twice)
-        assert a.tables == b.tables and b.cost.max_ms == pytest.approx(a.cost.max_ms, rel=1e-5)

@@ -87,14 +87,14 @@ def comm_model_for(profile: Profile) -> CommModel:
 
 def load_estimator(profile_name: str = "cpu-2c", model_path: str | Path | None = None) -> PlanEstimator:
     """The profile's committed neural compute model and its comm model."""
-    from .ensemble import load_compute_model
+    from .model import NeuralCostModel
 
     profile = get_profile(profile_name)
     path = Path(model_path) if model_path else profile.dir / "compute-model.json"
     if not path.exists():
         raise InputError(str(path), "no compute-cost model for this profile",
                          f"run `shardplan train --profile {profile.name}`")
-    compute = load_compute_model(path, profile=profile.name)
+    compute = NeuralCostModel.load(path, profile=profile.name)
     saved = compute.metadata.get("saved")
     return PlanEstimator(compute, comm_model_for(profile), profile.name,
                          f"neural ({path.name}" + (f", saved {saved})" if saved else ")"))

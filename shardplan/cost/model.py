@@ -129,8 +129,6 @@ class NeuralCostModel:
     Parameters are validated at construction; ``fit`` returns ``self``.
     """
 
-    times_width = 2  # columns of encode_shards' own times (fwd, bwd); an ensemble has two per member
-
     def __init__(self, profile: str, hidden: int = 128, code: int = 64, epochs: int = 300,
                  batch_size: int = 256, lr: float = 2e-3, weight_decay: float = 1e-5,
                  seed: int = 0, monotone_weight: float = 10.0, group_weight: float = 1.0,

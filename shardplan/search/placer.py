@@ -117,7 +117,7 @@ class Placer:
         op of their own (data-parallel replicas; 0 otherwise), which no placement changes."""
         task, world = self.task, self.world
         code_sum = np.zeros((world, self.model.code), np.float32)
-        time_sum = np.zeros((world, self.model.times_width), np.float32)
+        time_sum = np.zeros((world, 2), np.float32)
         count = np.zeros(world, np.float32)
         mem = np.zeros(world)
         dims = np.zeros(world)
@@ -146,8 +146,7 @@ class Placer:
     def unit_inputs(self, units: list[Unit]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each unit's code, own (fwd, bwd) times and bytes, as it would sit on a rank."""
         if not units:
-            return (np.zeros((0, self.model.code), np.float32), np.zeros((0, self.model.times_width), np.float32),
-                    np.zeros(0))
+            return np.zeros((0, self.model.code), np.float32), np.zeros((0, 2), np.float32), np.zeros(0)
         shards = [Shard(0, 0, u.table.num_embeddings, u.col_offset, u.num_cols) for u in units]
         codes, times = self.encode([shard_spec(self.task, u.table, "table_wise", s) for u, s in zip(units, shards)])
         need = np.array([shard_bytes(self.task, u.table, "column_wise", s) for u, s in zip(units, shards)], float)
