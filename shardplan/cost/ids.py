@@ -34,16 +34,20 @@ def table_seed(name: str, seed: int) -> int:
     return (zlib.crc32(name.encode()) ^ (seed * 0x9E3779B1)) & 0xFFFFFFFF
 
 
+def _zipf_law(u, num_rows: int, alpha: float, floor, power):
+    """Popularity ranks (unclipped floats) of uniforms ``u`` by the continuous inverse CDF; ``floor`` and
+    ``power`` are NumPy's or torch's, so that both generators apply the one formula."""
+    if alpha <= 1e-9:
+        return floor(u * num_rows)
+    if abs(alpha - 1.0) < 1e-6:
+        return floor(power(float(num_rows), u)) - 1
+    a1 = 1.0 - alpha
+    return floor(power((float(num_rows) ** a1 - 1.0) * u + 1.0, 1.0 / a1)) - 1
+
+
 def zipf_ranks(rng: np.random.Generator, num_rows: int, alpha: float, n: int) -> np.ndarray:
     """``n`` popularity ranks in ``[0, num_rows)`` with P(k) ~ (k+1)^-alpha."""
-    u = rng.random(n)
-    if alpha <= 1e-9:
-        k = np.floor(u * num_rows)
-    elif abs(alpha - 1.0) < 1e-6:
-        k = np.floor(np.power(float(num_rows), u)) - 1
-    else:
-        a1 = 1.0 - alpha
-        k = np.floor(np.power((float(num_rows) ** a1 - 1.0) * u + 1.0, 1.0 / a1)) - 1
+    k = _zipf_law(rng.random(n), num_rows, alpha, np.floor, np.power)
     return np.clip(k, 0, num_rows - 1).astype(np.int64)
 
 
@@ -76,14 +80,7 @@ def shard_bags(bags: Bags, row_offset: int, num_rows: int) -> Bags:
 
 def zipf_ranks_torch(u: torch.Tensor, num_rows: int, alpha: float) -> torch.Tensor:
     """:func:`zipf_ranks`' law applied to uniforms ``u`` (float64, on any device)."""
-    if alpha <= 1e-9:
-        k = torch.floor(u * num_rows)
-    elif abs(alpha - 1.0) < 1e-6:
-        k = torch.floor(torch.pow(float(num_rows), u)) - 1
-    else:
-        a1 = 1.0 - alpha
-        k = torch.floor(torch.pow((float(num_rows) ** a1 - 1.0) * u + 1.0, 1.0 / a1)) - 1
-    return k.clamp_(0, num_rows - 1).to(torch.int64)
+    return _zipf_law(u, num_rows, alpha, torch.floor, torch.pow).clamp_(0, num_rows - 1).to(torch.int64)
 
 
 def table_bags_torch(name: str, num_rows: int, pooling_factor: float, zipf_alpha: float,
