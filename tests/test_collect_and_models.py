@@ -512,3 +512,21 @@ def test_split_batches_prices_a_set_as_the_sum_of_its_one_batch_parts(tmp_path):
            for name, m in (("split", split), ("joint", joint))}
     # 2026-11-23: 5.7% split, 8.5% joint
     assert err["split"] < 0.8 * err["joint"], err
+
+
+def test_ids_drawn_as_tensors_feed_the_op_as_arrays_do():
+    """The GPU's input path (ids drawn by torch, concatenated as tensors), run on CPU: the same op
+    inputs as NumPy's path would give for the same bags."""
+    import torch
+
+    from shardplan.cost.ids import Bags, shard_bags_torch, table_bags_torch
+    from shardplan.cost.kernel import FusedOp, ShardInput, _inputs
+
+    whole = table_bags_torch("x", 5000, 8.0, 1.0, 256, seed=1)
+    part = shard_bags_torch(table_bags_torch("y", 800, 3.0, 0.0, 256, seed=1), 400, 400)
+    as_tensors = [ShardInput(5000, 32, whole), ShardInput(400, 8, part)]
+    as_arrays = [ShardInput(s.rows, s.cols, Bags(s.bags.lengths.numpy(), s.bags.ids.numpy())) for s in as_tensors]
+    for a, b in zip(_inputs(as_tensors, torch.device("cpu")), _inputs(as_arrays, torch.device("cpu"))):
+        assert torch.equal(a, b)
+    t = FusedOp(as_tensors).run(warmup=1, repeats=3)
+    assert t.fwd_ms > 0 and t.bwd_ms > 0

@@ -226,9 +226,9 @@ def time_reference(device: str = "cpu") -> float:
     if device not in _reference_inputs:
         _reference_inputs[device] = shard_inputs(list(REFERENCE_SPECS), 0, device)
     if torch.device(device).type == "cuda":
-        op = _reference_ops.get(device) or _reference_ops.setdefault(device, FusedOp(_reference_inputs[device],
-                                                                                      device=device))
-        t = op.run(warmup=2, repeats=5)
+        if device not in _reference_ops:
+            _reference_ops[device] = FusedOp(_reference_inputs[device], device=device)
+        t = _reference_ops[device].run(warmup=2, repeats=5)
     else:
         t = time_shards(_reference_inputs[device], warmup=2, repeats=5, device=device)
     return t.fwd_ms + t.bwd_ms
