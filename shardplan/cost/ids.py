@@ -45,6 +45,12 @@ def _zipf_law(u, num_rows: int, alpha: float, floor, power):
     return floor(power((float(num_rows) ** a1 - 1.0) * u + 1.0, 1.0 / a1)) - 1
 
 
+def scattered(ranks, name: str, num_rows: int):
+    """Where popularity ranks land among a table's rows: the fixed bijection ``(k * P + c) mod N``, with
+    ``c`` from the table's name (NumPy arrays or tensors alike)."""
+    return (ranks * _SCATTER_PRIME + table_seed(name, 7919) % num_rows) % num_rows
+
+
 def zipf_ranks(rng: np.random.Generator, num_rows: int, alpha: float, n: int) -> np.ndarray:
     """``n`` popularity ranks in ``[0, num_rows)`` with P(k) ~ (k+1)^-alpha."""
     k = _zipf_law(rng.random(n), num_rows, alpha, np.floor, np.power)
@@ -65,8 +71,7 @@ def table_bags(name: str, num_rows: int, pooling_factor: float, zipf_alpha: floa
     rng = np.random.default_rng(table_seed(name, seed))
     lengths = rng.poisson(pooling_factor, size=batch_size).astype(np.int64)
     ranks = zipf_ranks(rng, num_rows, zipf_alpha, int(lengths.sum()))
-    offset = table_seed(name, 7919) % num_rows
-    ids = (ranks * _SCATTER_PRIME + offset) % num_rows
+    ids = scattered(ranks, name, num_rows)
     return Bags(lengths=lengths, ids=ids)
 
 
@@ -91,8 +96,7 @@ def table_bags_torch(name: str, num_rows: int, pooling_factor: float, zipf_alpha
     rate = torch.full((batch_size,), float(pooling_factor), dtype=torch.float64, device=device)
     lengths = torch.poisson(rate, generator=gen).to(torch.int64)
     u = torch.rand(int(lengths.sum()), dtype=torch.float64, device=device, generator=gen)
-    offset = table_seed(name, 7919) % num_rows
-    ids = (zipf_ranks_torch(u, num_rows, zipf_alpha) * _SCATTER_PRIME + offset) % num_rows
+    ids = scattered(zipf_ranks_torch(u, num_rows, zipf_alpha), name, num_rows)
     return Bags(lengths=lengths, ids=ids)
 
 
@@ -132,8 +136,7 @@ def expected_shard_stats(table: str, table_rows: int, zipf_alpha: float, row_off
     """
     k = min(table_rows, _TOP_K)
     p = zipf_probs(table_rows, zipf_alpha, k)
-    offset = table_seed(table, 7919) % table_rows
-    pos = (np.arange(k, dtype=np.int64) * _SCATTER_PRIME + offset) % table_rows
+    pos = scattered(np.arange(k, dtype=np.int64), table, table_rows)
     inside = (pos >= row_offset) & (pos < row_offset + rows)
     p_in = p[inside]
     tail_mass = max(0.0, 1.0 - float(p.sum()))

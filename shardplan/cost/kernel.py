@@ -95,16 +95,12 @@ def _build_tbe(shards: list[ShardInput], optimizer: str, dtype: str, device: tor
 
 
 def _inputs(shards: list[ShardInput], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    if isinstance(shards[0].bags.ids, torch.Tensor):  # drawn on the device (ids.table_bags_torch)
-        lengths_t = torch.cat([s.bags.lengths for s in shards]).to(device)
-        offsets_t = torch.zeros(len(lengths_t) + 1, dtype=torch.int64, device=device)
-        torch.cumsum(lengths_t, 0, out=offsets_t[1:])
-        return torch.cat([s.bags.ids for s in shards]).to(device), offsets_t
-    lengths = np.concatenate([s.bags.lengths for s in shards])
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    ids = np.concatenate([s.bags.ids for s in shards])
-    return (torch.from_numpy(ids).to(device), torch.from_numpy(offsets).to(device))
+    """The op's ids and offsets on ``device``, from bags held as NumPy arrays or as tensors
+    (ids.table_bags_torch draws them on the device): ``torch.as_tensor`` takes either without a copy."""
+    lengths = torch.cat([torch.as_tensor(s.bags.lengths) for s in shards]).to(device)
+    offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64, device=device)
+    torch.cumsum(lengths, 0, out=offsets[1:])
+    return torch.cat([torch.as_tensor(s.bags.ids) for s in shards]).to(device), offsets
 
 
 class FusedOp:
