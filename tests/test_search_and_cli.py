@@ -372,3 +372,31 @@ def test_placer_sums_price_data_parallel_replicas_as_the_model_does(plan_dict, e
     assert (apart > 0).all() and count.tolist() == [2, 2]  # b's and c's shards summed, a's apart
     whole = [f + b for f, b in estimator.rank_compute(rank_specs(Plan(plan.task, plan.tables)))]
     assert placer.ms(code_sum, time_sum, count, apart) == pytest.approx(whole, rel=1e-4)
+
+
+def test_row_wise_move_cuts_the_table_it_crowds_out():
+    """A hot table turned row-wise puts a slice on every rank; a whole table that filled a rank then fits
+    nowhere, so the move comes with that table cut into the fewest column blocks that fit (and twice as
+    many), never as a state no placement can hold."""
+    from shardplan.domain import Shard
+    from shardplan.memory import GB, shard_bytes
+    from shardplan.search.neuroshard import _room_variants
+
+    tables = [{"name": "big", "num_embeddings": 100_000, "embedding_dim": 32, "pooling_factor": 1.0},
+              {"name": "hot", "num_embeddings": 50_000, "embedding_dim": 32, "pooling_factor": 40.0},
+              {"name": "narrow", "num_embeddings": 100_000, "embedding_dim": 4, "pooling_factor": 1.0}]
+    spec = {"format": "shardplan/task@1", "tables": tables[:2], "batch_size_per_rank": 64,
+            "topology": {"world_size": 2, "memory_per_rank_gb": 1.0}}
+    probe = load_task(spec)
+    big = probe.table("big")
+    whole = shard_bytes(probe, big, "table_wise", Shard(0, 0, big.num_embeddings, 0, big.embedding_dim))
+    spec["topology"]["memory_per_rank_gb"] = 1.05 * whole / GB  # big fits a rank alone, not beside a slice
+    task = load_task(spec)
+    assert _room_variants(task, (("tw", 1), ("tw", 1))) == [(("tw", 1), ("tw", 1))]
+    assert _room_variants(task, (("tw", 1), ("rw", 0))) == [(("cw", 2), ("rw", 0)), (("cw", 4), ("rw", 0))]
+    # A 4-wide table cannot be cut: no variant, rather than a state that cannot be placed.
+    spec["tables"] = [tables[2], tables[1]]
+    narrow = load_task(spec).table("narrow")
+    spec["topology"]["memory_per_rank_gb"] = 1.05 * shard_bytes(
+        load_task(spec), narrow, "table_wise", Shard(0, 0, narrow.num_embeddings, 0, 4)) / GB
+    assert _room_variants(load_task(spec), (("tw", 1), ("rw", 0))) == []

@@ -110,6 +110,50 @@ def _initial_state(task: Task, allowed: frozenset[str] | None = None) -> State:
     return tuple(kinds[t.name] for t in task.tables)
 
 
+def _room_variants(task: Task, state: State) -> list[State]:
+    """``state`` as it can be placed: where its row-wise, table-row-wise and data-parallel pieces leave a
+    rank too little memory for some whole table or column block, that table is cut into more column
+    blocks, the fewest that fit (and, as a second variant, twice as many). ``[state]`` when every
+    piece fits; ``[]`` when no cut makes room.
+
+    A move that turns a hot table row-wise puts a slice of it on every rank; on a memory-tight task
+    the largest table left whole may then fit nowhere. The cut that frees the room is not itself a
+    move the beam would take (that table is cheap, so not a split candidate, and splitting it alone
+    only adds work), so the row-wise move and its room are taken together.
+    """
+    cap = task.topology.memory_per_rank_gb * GB
+    units, fixed = _materialise(task, state)
+    per_rank: dict[int, float] = {}
+    for ts in fixed:
+        t = task.table(ts.name)
+        for sh in ts.shards:
+            per_rank[sh.rank] = per_rank.get(sh.rank, 0.0) + shard_bytes(task, t, ts.sharding_type, sh)
+    free = cap - max(per_rank.values(), default=0.0)
+
+    def widest(t: Table, k: int) -> float:
+        cols = max(c for _, c in column_blocks(t, k))
+        return shard_bytes(task, t, "column_wise", Shard(0, 0, t.num_embeddings, 0, cols))
+
+    cuts: dict[int, int] = {}
+    for i, (t, (kind, k)) in enumerate(zip(task.tables, state)):
+        if kind not in ("tw", "cw") or widest(t, k) <= free:
+            continue
+        k2 = 2 * k
+        while k2 <= max_blocks(t) and widest(t, k2) > free:
+            k2 *= 2
+        if k2 > max_blocks(t):
+            return []
+        cuts[i] = k2
+    if not cuts:
+        return [state]
+    out = []
+    for factor in (1, 2):
+        if factor > 1 and any(k * factor > max_blocks(task.tables[i]) for i, k in cuts.items()):
+            break
+        out.append(tuple(("cw", cuts[i] * factor) if i in cuts else kind for i, kind in enumerate(state)))
+    return out
+
+
 # A whole table predicted to cost more than this share of the ideal per-rank compute (all
 # tables' predicted cost over the ranks) is too coarse a unit to balance by placement alone.
 HOT_SHARE = 0.5
@@ -196,15 +240,23 @@ class NeuroShardBeam(Searcher):
                         out.append(state[:i] + (("cw", nk),) + state[i + 1:])
                 if topo.world_size > 1:
                     if self._allows("row_wise"):
-                        out.append(state[:i] + (("rw", 0),) + state[i + 1:])
+                        out += self._placeable(task, state[:i] + (("rw", 0),) + state[i + 1:])
                     if topo.num_hosts > 1 and self._allows("table_row_wise"):
-                        out.append(state[:i] + (("twrw", i % topo.num_hosts),) + state[i + 1:])
+                        out += self._placeable(task, state[:i] + (("twrw", i % topo.num_hosts),) + state[i + 1:])
         # Replicating a table costs its gradient all-reduce; only small tables can win.
         small = sorted((i for i, t in enumerate(tables) if state[i] == ("tw", 1)),
                        key=lambda i: tables[i].num_embeddings * tables[i].embedding_dim)[:2]
         if self._allows("data_parallel"):
-            out += [state[:i] + (("dp", 0),) + state[i + 1:] for i in small]
+            for i in small:
+                out += self._placeable(task, state[:i] + (("dp", 0),) + state[i + 1:])
         return out
+
+    def _placeable(self, task: Task, state: State) -> list[State]:
+        """``state``, or where its pieces on every rank crowd a table out, the variants that cut that
+        table into column blocks (:func:`_room_variants`), if column-wise sharding is allowed."""
+        if not self._allows("column_wise"):
+            return [state]
+        return _room_variants(task, state)
 
     def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]:
         return self.shortlist(task, estimator, seed)[0]
