@@ -111,10 +111,10 @@ def _initial_state(task: Task, allowed: frozenset[str] | None = None) -> State:
 
 
 def _room_variants(task: Task, state: State) -> list[State]:
-    """``state`` as it can be placed: where its row-wise, table-row-wise and data-parallel pieces leave a
-    rank too little memory for some whole table or column block, that table is cut into more column
-    blocks, the fewest that fit (and, as a second variant, twice as many). ``[state]`` when every
-    piece fits; ``[]`` when no cut makes room.
+    """``state`` as it can be placed: where its row-wise, table-row-wise and data-parallel pieces leave no
+    rank room for some whole table or column block, that table is cut into more column blocks, the
+    fewest that fit (and, as a second variant, twice as many). ``[state]`` when every piece fits
+    somewhere; ``[]`` when no cut makes room.
 
     A move that turns a hot table row-wise puts a slice of it on every rank; on a memory-tight task
     the largest table left whole may then fit nowhere. The cut that frees the room is not itself a
@@ -122,13 +122,13 @@ def _room_variants(task: Task, state: State) -> list[State]:
     only adds work), so the row-wise move and its room are taken together.
     """
     cap = task.topology.memory_per_rank_gb * GB
-    units, fixed = _materialise(task, state)
-    per_rank: dict[int, float] = {}
+    _, fixed = _materialise(task, state)
+    taken = [0.0] * task.topology.world_size
     for ts in fixed:
         t = task.table(ts.name)
         for sh in ts.shards:
-            per_rank[sh.rank] = per_rank.get(sh.rank, 0.0) + shard_bytes(task, t, ts.sharding_type, sh)
-    free = cap - max(per_rank.values(), default=0.0)
+            taken[sh.rank] += shard_bytes(task, t, ts.sharding_type, sh)
+    free = cap - min(taken)  # on the emptiest rank: a piece that fits there is not crowded out
 
     def widest(t: Table, k: int) -> float:
         cols = max(c for _, c in column_blocks(t, k))
