@@ -28,19 +28,15 @@ from shardplan.execute.bench import geomean_vs
 from shardplan.execute.measure import measure_plans
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import DEFAULT_SEARCHER, get_searcher
-from provenance import provenance  # a sibling: bench/ is on sys.path when run
+from interleaved_args import add_interleaved_arguments  # siblings: bench/ is on sys.path when run
+from provenance import provenance
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--a", required=True, help="compute-model file A (e.g. the committed one)")
     ap.add_argument("--b", required=True, help="compute-model file B")
-    ap.add_argument("--profile", default="cpu-2c")
-    ap.add_argument("--suite", default="data/tasks/cpu-bench")
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--visits", type=int, default=4)
-    ap.add_argument("--name", required=True)
-    ap.add_argument("--out", type=Path, default=Path("bench/results"))
+    add_interleaved_arguments(ap)
     args = ap.parse_args()
     estimators = {"A": load_estimator(args.profile, args.a), "B": load_estimator(args.profile, args.b)}
     load_before, rows = load1(), []

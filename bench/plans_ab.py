@@ -29,7 +29,8 @@ from shardplan.errors import InputError
 from shardplan.execute.measure import measure_plans
 from shardplan.formats import load_plan, load_task, write_text_atomic
 from shardplan.search import get_searcher
-from provenance import provenance  # a sibling: bench/ is on sys.path when run
+from interleaved_args import add_interleaved_arguments  # siblings: bench/ is on sys.path when run
+from provenance import provenance
 
 
 def _signature(plan) -> list:
@@ -41,13 +42,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--a", type=Path, required=True, help="folder of plan files A (<task>.json)")
     ap.add_argument("--b", type=Path, required=True, help="folder of plan files B (<task>.json)")
-    ap.add_argument("--profile", default="cpu-2c")
-    ap.add_argument("--suite", type=Path, default=Path("data/tasks/cpu-bench"))
     ap.add_argument("--calls", type=int, default=3, help="measurement calls per task (A and B swap order)")
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--visits", type=int, default=4)
-    ap.add_argument("--name", required=True)
-    ap.add_argument("--out", type=Path, default=Path("bench/results"))
+    add_interleaved_arguments(ap)
     args = ap.parse_args()
     estimator = load_estimator(args.profile)
     load_before, rows = load1(), []

@@ -32,22 +32,18 @@ from shardplan.execute.measure import measure_plans
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import DEFAULT_SEARCHER, get_searcher
 from shardplan.search.refine import measuring_timer, refine
-from provenance import provenance  # a sibling: bench/ is on sys.path when run
+from interleaved_args import add_interleaved_arguments  # siblings: bench/ is on sys.path when run
+from provenance import provenance
 
 REFINED = "refined"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--profile", default="cpu-2c")
-    ap.add_argument("--suite", default="data/tasks/cpu-bench")
     ap.add_argument("--iterations", type=int, default=3, help="refinement timings per plan")
     ap.add_argument("--no-alternatives", dest="alternatives", action="store_false",
                     help="refine the default's pick alone, without timing the beam's runners-up beside it")
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--visits", type=int, default=4)
-    ap.add_argument("--name", required=True)
-    ap.add_argument("--out", type=Path, default=Path("bench/results"))
+    add_interleaved_arguments(ap)
     args = ap.parse_args()
     est = load_estimator(args.profile)
     timer = measuring_timer(args.profile, rounds=args.rounds, visits=args.visits)
