@@ -111,3 +111,28 @@ def test_polished_candidates_polishes_only_the_best_candidate_past_the_unit_limi
     monkeypatch.setattr(polish_mod, "POLISH_ALL_MAX_UNITS", 6)
     out = polish_mod.polished_candidates(task, est, [worse, good])[0]
     assert seen == [good] and est.estimate(Plan(task, tuple(out))).max_ms <= 15.0
+
+
+def test_blocks_of_one_table_on_one_rank_are_joined() -> None:
+    """Two column blocks of a table on one rank become one block (all of them on one rank: table-wise
+    again), the columns tiled afresh; the polish hands back no plan with such a pair."""
+    from shardplan.search.placement import merge_colocated_blocks
+
+    task = _task()
+    m = task.table("M")
+    blocks = TableSharding("M", "column_wise", (Shard(1, 0, m.num_embeddings, 0, 8), Shard(2, 0, m.num_embeddings, 8, 8),
+                                                Shard(1, 0, m.num_embeddings, 16, 16)))
+    joined = merge_colocated_blocks(task, [blocks, _whole(task, "C", 0)])
+    assert joined[1] == _whole(task, "C", 0)
+    assert joined[0] == TableSharding("M", "column_wise", (Shard(1, 0, m.num_embeddings, 0, 24),
+                                                           Shard(2, 0, m.num_embeddings, 24, 8)))
+    one_rank = TableSharding("M", "column_wise", (Shard(2, 0, m.num_embeddings, 0, 16), Shard(2, 0, m.num_embeddings, 16, 16)))
+    assert merge_colocated_blocks(task, [one_rank]) == [_whole(task, "M", 2)]
+
+    est = PlanEstimator(AdditiveModel(), NoComm(), "cpu-2c", "additive")
+    start = [_whole(task, n, r) for n, r in (("C", 0), ("S1", 0), ("H1", 1), ("S2", 1), ("H2", 2), ("H3", 2))] + [blocks]
+    out = polish(task, est, start)
+    assert plan_problems(Plan(task, tuple(out))) == []
+    for ts in out:
+        ranks = [sh.rank for sh in ts.shards]
+        assert len(ranks) == len(set(ranks)), ts
