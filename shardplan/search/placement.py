@@ -29,8 +29,9 @@ def merge_colocated_blocks(task: Task, tables: list[TableSharding]) -> list[Tabl
     whose blocks sit on one rank becomes table-wise again).
 
     Every column block is its own table in the rank's fused op and reads all of its table's ids, so
-    two blocks on one rank do the id work twice for nothing: measured on the default's plans of the
-    bench suites (2026-11-23, 13 ranks), the joined block ran 0.79-0.97x the two, and never slower.
+    two blocks on one rank do the id work twice for nothing: on the 13 such ranks of the default's
+    plans of the bench suites, the joined block ran 0.81-1.00x the blocks (median 0.90) and never
+    slower (``bench/colocated_blocks.py``, 2026-11-23).
     Blocks are re-tiled in column order of their first block; memory is unchanged (the same columns
     stay on the same rank).
     """
