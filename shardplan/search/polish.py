@@ -168,7 +168,7 @@ def polish(task: Task, estimator: PlanEstimator, tables: list[TableSharding], pl
     (:func:`~.placement.merge_colocated_blocks`: measured, that is always faster, whatever the model
     says), and a pass that joined any is followed by another, at most :data:`MERGE_ROUNDS` in all.
     Deterministic; apart from joining blocks, never returns a plan predicted slower than the one given.
-    At most ``max_steps`` changes (default: twice the units, plus 10).
+    At most ``max_steps`` changes a pass (default: twice the units, plus 10).
     ``rank_scale`` multiplies each rank's predicted compute (a rank's measured-over-predicted
     factor, :mod:`.refine`); the factor stays with the rank as units move on and off it.
     """
