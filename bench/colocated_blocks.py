@@ -56,7 +56,7 @@ def main() -> None:
                     t = op.run(profile.warmup if visit == 0 else 1, max(2, profile.repeats // args.visits))
                     ms[k].append(t.fwd_ms + t.bwd_ms)
             del ops
-            (pf, pb) = est.compute.predict([a, b])
+            pf, pb = est.compute.predict([a, b])
             rows.append({"task": plan.task.name, "rank": r, "blocks_ms": float(np.median(ms[0])),
                          "joined_ms": float(np.median(ms[1])), "blocks_pred_ms": float(pf[0] + pb[0]),
                          "joined_pred_ms": float(pf[1] + pb[1])})

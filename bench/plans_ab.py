@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1
+from shardplan.domain import Plan
 from shardplan.errors import InputError
 from shardplan.execute.measure import measure_plans
 from shardplan.formats import load_plan, load_task, write_text_atomic
@@ -33,7 +34,7 @@ from interleaved_args import add_interleaved_arguments  # siblings: bench/ is on
 from provenance import provenance
 
 
-def _signature(plan) -> list:
+def _signature(plan: Plan) -> list:
     return sorted((ts.name, ts.sharding_type, sorted((s.rank, s.row_offset, s.col_offset) for s in ts.shards))
                   for ts in plan.tables)
 
