@@ -27,9 +27,9 @@ from __future__ import annotations
 from typing import Callable
 
 from ..cost.estimator import PlanEstimator
-from ..domain import Shard, Table, TableSharding, Task
+from ..domain import Plan, Shard, Table, TableSharding, Task
 from ..errors import InfeasibleError
-from ..memory import GB, shard_bytes
+from ..memory import GB, rank_memory_gb, shard_bytes
 from .base import Searcher, register
 from .placement import row_wise_shards
 from .placer import GRID, Placer, Unit, column_blocks, max_blocks
@@ -63,14 +63,19 @@ def _materialise(task: Task, state: State) -> tuple[list[Unit], list[TableShardi
     return units, fixed
 
 
+def _widest_block_bytes(task: Task, table: Table, blocks: int) -> float:
+    """Bytes of the widest of ``table``'s ``blocks`` column blocks, as a rank holds it."""
+    cols = max(c for _, c in column_blocks(table, blocks))
+    return shard_bytes(task, table, "column_wise", Shard(0, 0, table.num_embeddings, 0, cols))
+
+
 def _fitting_blocks(task: Task, table: Table, free: float) -> int | None:
     """The fewest column blocks (2, 4, 8; at most the ranks) of ``table`` that fit in ``free`` bytes, with room
     left for other tables (a block may take at most 60% of it), or None."""
     for k in (2, 4, 8):
         if k > max_blocks(table) or k > task.topology.world_size:
             break
-        widest = max(cols for _, cols in column_blocks(table, k))
-        if shard_bytes(task, table, "column_wise", Shard(0, 0, table.num_embeddings, 0, widest)) <= 0.6 * free:
+        if _widest_block_bytes(task, table, k) <= 0.6 * free:
             return k
     return None
 
@@ -121,25 +126,16 @@ def _room_variants(task: Task, state: State) -> list[State]:
     move the beam would take (that table is cheap, so not a split candidate, and splitting it alone
     only adds work), so the row-wise move and its room are taken together.
     """
-    cap = task.topology.memory_per_rank_gb * GB
     _, fixed = _materialise(task, state)
-    taken = [0.0] * task.topology.world_size
-    for ts in fixed:
-        t = task.table(ts.name)
-        for sh in ts.shards:
-            taken[sh.rank] += shard_bytes(task, t, ts.sharding_type, sh)
-    free = cap - min(taken)  # on the emptiest rank: a piece that fits there is not crowded out
-
-    def widest(t: Table, k: int) -> float:
-        cols = max(c for _, c in column_blocks(t, k))
-        return shard_bytes(task, t, "column_wise", Shard(0, 0, t.num_embeddings, 0, cols))
+    # On the emptiest rank: a piece that fits there is not crowded out.
+    free = (task.topology.memory_per_rank_gb - min(rank_memory_gb(Plan(task=task, tables=tuple(fixed))))) * GB
 
     cuts: dict[int, int] = {}
     for i, (t, (kind, k)) in enumerate(zip(task.tables, state)):
-        if kind not in ("tw", "cw") or widest(t, k) <= free:
+        if kind not in ("tw", "cw") or _widest_block_bytes(task, t, k) <= free:
             continue
         k2 = 2 * k
-        while k2 <= max_blocks(t) and widest(t, k2) > free:
+        while k2 <= max_blocks(t) and _widest_block_bytes(task, t, k2) > free:
             k2 *= 2
         if k2 > max_blocks(t):
             return []
