@@ -6,6 +6,8 @@
   multiple of forward; a rank's time is the sum over its shards. Its two
   constants (bandwidth, backward multiplier) are fitted on the training split so
   that it is judged at its best, not with TorchRec's GPU defaults.
+  :meth:`RooflineCostModel.published` builds one from a GPU's published memory
+  bandwidth instead, for a GPU profile that has no cost data yet.
 * :class:`GBMCostModel`: scikit-learn gradient boosting on hand-made whole-rank
   features, predicting log ms.
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.ensemble import HistGradientBoostingRegressor
 
+from ..errors import InputError
 from .features import rank_aggregate_features
 from .ids import expected_shard_stats
 from .specs import ShardSpec
@@ -28,10 +31,48 @@ def roofline_bytes(s: ShardSpec) -> float:
     return lookups * 8 + lookups * max(s.cols * 4, 32) + s.batch_size * s.cols * 4
 
 
+# Peak HBM bandwidth of the GPU profiles, bytes/s, from NVIDIA's datasheets (SXM parts).
+PUBLISHED_HBM_BYTES_PER_S = {
+    "h100": (3.35e12, "NVIDIA H100 SXM5 datasheet: HBM3, 3.35 TB/s"),
+    "h200": (4.8e12, "NVIDIA H200 SXM datasheet: HBM3e, 4.8 TB/s"),
+}
+# The share of peak bandwidth a fused embedding lookup reaches, as TorchRec's planner assumes it:
+# its default HBM figure for the FUSED CUDA kernel (planner/constants.py, HBM_MEM_BW = 897 GiB/s,
+# 963 GB/s) is 0.62 of the 1,555 GB/s an A100 40GB's HBM2 is rated at.
+LOOKUP_BANDWIDTH_EFFICIENCY = 0.62
+# TorchRec's planner prices backward (with the fused optimizer) at 2x forward (BWD_COMPUTE_MULTIPLIER).
+PUBLISHED_BWD_MULTIPLIER = 2.0
+
+
 class RooflineCostModel:
-    def __init__(self) -> None:
-        self.bytes_per_ms = 1.0
-        self.bwd_multiplier = 2.0
+    """``ms = bytes moved / bandwidth`` per shard, summed over a rank; backward a multiple of forward.
+
+    Additive, so it also offers the incremental ``encode_shards``/``combine`` pair the
+    searchers use (a shard's code is empty; a rank is the sum of its shards' times).
+    """
+
+    code = 1
+    split_batches = False
+
+    def __init__(self, bytes_per_ms: float = 1.0, bwd_multiplier: float = 2.0, profile: str = "",
+                 source: str = "fitted") -> None:
+        self.bytes_per_ms = bytes_per_ms
+        self.bwd_multiplier = bwd_multiplier
+        self.profile = profile
+        self.metadata = {"source": source, "optimizers": ["sgd"]}
+
+    @classmethod
+    def published(cls, profile: str) -> "RooflineCostModel":
+        """The roofline of a GPU profile from its published HBM bandwidth (no fitting: predicted,
+        never measured; :data:`PUBLISHED_HBM_BYTES_PER_S` names the sources)."""
+        try:
+            peak, source = PUBLISHED_HBM_BYTES_PER_S[profile]
+        except KeyError:
+            raise InputError("profile", f"no published bandwidth for profile {profile!r}",
+                             f"use one of {sorted(PUBLISHED_HBM_BYTES_PER_S)} or train a model for it") from None
+        return cls(bytes_per_ms=peak * LOOKUP_BANDWIDTH_EFFICIENCY / 1e3, bwd_multiplier=PUBLISHED_BWD_MULTIPLIER,
+                   profile=profile, source=f"{source}; x{LOOKUP_BANDWIDTH_EFFICIENCY} lookup efficiency and "
+                   f"backward {PUBLISHED_BWD_MULTIPLIER:g}x forward, as TorchRec's planner assumes")
 
     def _bytes(self, sets: list[list[ShardSpec]]) -> np.ndarray:
         return np.array([sum(roofline_bytes(s) for s in specs) for specs in sets])
@@ -46,6 +87,14 @@ class RooflineCostModel:
     def predict(self, sets: list[list[ShardSpec]]) -> tuple[np.ndarray, np.ndarray]:
         fwd = self._bytes(sets) / self.bytes_per_ms
         return fwd, fwd * self.bwd_multiplier
+
+    def encode_shards(self, specs: list[ShardSpec]) -> tuple[np.ndarray, np.ndarray]:
+        fwd, bwd = self.predict([[s] for s in specs])
+        return np.zeros((len(specs), self.code), np.float32), np.stack([fwd, bwd], axis=1).reshape(-1, 2)
+
+    def combine(self, code_sum: np.ndarray, time_sum: np.ndarray, count: np.ndarray) -> np.ndarray:
+        count = np.asarray(count).reshape(-1, 1)
+        return np.where(count > 0, np.asarray(time_sum, dtype=float), 0.0)
 
 
 class GBMCostModel:

@@ -6,6 +6,7 @@ plan after moving one table only pays for the two ranks that changed.
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Protocol
 
@@ -86,11 +87,24 @@ def comm_model_for(profile: Profile) -> CommModel:
 
 
 def load_estimator(profile_name: str = "cpu-2c", model_path: str | Path | None = None) -> PlanEstimator:
-    """The profile's committed neural compute model and its comm model."""
+    """The profile's committed neural compute model and its comm model.
+
+    A GPU profile with no trained model yet gets the roofline of its published HBM
+    bandwidth instead (:meth:`RooflineCostModel.published`), with a warning, and
+    every cost it gives names that model: GPU plans can be made before GPU cost
+    data exists, priced the way TorchRec's planner prices them.
+    """
+    from .baselines import RooflineCostModel
     from .model import NeuralCostModel
 
     profile = get_profile(profile_name)
     path = Path(model_path) if model_path else profile.dir / "compute-model.json"
+    if not path.exists() and model_path is None and profile.device == "cuda":
+        roofline = RooflineCostModel.published(profile.name)
+        warnings.warn(f"profile {profile.name!r} has no trained compute model yet; its compute is priced by "
+                      f"a roofline of published figures ({roofline.metadata['source']})", stacklevel=2)
+        return PlanEstimator(roofline, comm_model_for(profile), profile.name,
+                             "roofline (published HBM bandwidth; no GPU cost data yet)")
     if not path.exists():
         raise InputError(str(path), "no compute-cost model for this profile",
                          f"run `shardplan train --profile {profile.name}`")
