@@ -48,7 +48,7 @@ class RooflineCostModel:
     """``ms = bytes moved / bandwidth`` per shard, summed over a rank; backward a multiple of forward.
 
     Additive, so it also offers the incremental ``encode_shards``/``combine`` pair the
-    searchers use (a shard's code is empty; a rank is the sum of its shards' times).
+    searchers use (every code is zero; a rank is the sum of its shards' times).
     """
 
     code = 1
@@ -90,7 +90,7 @@ class RooflineCostModel:
 
     def encode_shards(self, specs: list[ShardSpec]) -> tuple[np.ndarray, np.ndarray]:
         fwd, bwd = self.predict([[s] for s in specs])
-        return np.zeros((len(specs), self.code), np.float32), np.stack([fwd, bwd], axis=1).reshape(-1, 2)
+        return np.zeros((len(specs), self.code), np.float32), np.stack([fwd, bwd], axis=1)
 
     def combine(self, code_sum: np.ndarray, time_sum: np.ndarray, count: np.ndarray) -> np.ndarray:
         count = np.asarray(count).reshape(-1, 1)

@@ -38,7 +38,7 @@ from .polish import polish, polished_candidates
 def _require_incremental(estimator: PlanEstimator) -> None:
     if not hasattr(estimator.compute, "encode_shards"):
         raise TypeError("the NeuroShard searchers need a compute model with encode_shards/combine "
-                        "(the neural cost model)")
+                        "(the neural cost model, or the roofline)")
 
 
 # A state: per table, how it is sharded: ("tw"|"cw", blocks) or ("rw",) or ("twrw", host) or ("dp",).
