@@ -7,7 +7,8 @@ stages, so that GPU time goes to measuring: ``plan`` runs here (TorchRec's
 planner and the cost models run on CPU; the GPU machine has no TorchRec) and
 ``run`` on the GPU machine with the plans carried. Its CPU twin
 (``--profile cpu-2c``) is what the tests run. Prints a table; writes
-``<out>/gpu-suite-<profile>.{csv,md}``.
+``<out>/gpu-suite-<profile>.{csv,md}``; the ``plan`` stage writes the plans' predicted costs
+to ``<out>/gpu-plans-<profile>.{csv,md}``.
 
     python bench/gpu_suite.py plan --profile h200 --plans build/gpu-plans        # here
     python3 bench/gpu_suite.py run --profile h200 --plans build/gpu-plans --out $OUT   # on the GPU
@@ -21,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from shardplan.cost.estimator import load_estimator
+from shardplan.cost.estimator import PlanEstimator, load_estimator
 from shardplan.cost.profiles import machine_stamp
 from shardplan.errors import InputError
 from shardplan.execute.dlrm_loop import run_loop
@@ -31,19 +32,51 @@ from shardplan.search import get_searcher
 DEFAULT_SEARCHERS = "torchrec,neuroshard,neuroshard-tw,greedy-cost,greedy-lookup,greedy-size"
 
 
-def plan_suite(profile: str, suite: Path, searchers: list[str], out: Path) -> list[dict]:
-    """Plan every task with every searcher (on this machine: TorchRec and the cost models run on CPU)."""
-    est = load_estimator(profile)
+def plan_suite(est: PlanEstimator, suite: Path, searchers: list[str], out: Path) -> pd.DataFrame:
+    """Plan every task with every searcher (on this machine: TorchRec and the cost models run on CPU);
+    one row a (task, searcher): the plan's predicted cost, or why there is none."""
     out.mkdir(parents=True, exist_ok=True)
-    skipped = []
+    rows = []
     for path in sorted(suite.glob("*.json")):
         task = load_task(path)
         for name in searchers:
             try:
-                save_plan(get_searcher(name).plan(task, est), out / f"{task.name}--{name}.json")
+                plan = get_searcher(name).plan(task, est)
             except InputError as e:
-                skipped.append({"task": task.name, "searcher": name, "planned": False, "error": str(e)[:200]})
-    return skipped
+                rows.append({"task": task.name, "searcher": name, "planned": False, "error": str(e)[:200]})
+                continue
+            save_plan(plan, out / f"{task.name}--{name}.json")
+            ranks = [r.fwd_compute_ms + r.bwd_compute_ms + r.fwd_comm_ms + r.bwd_comm_ms for r in plan.cost.per_rank]
+            rows.append({"task": task.name, "searcher": name, "planned": True, "error": "",
+                         "predicted_ms": max(ranks), "predicted_imbalance": max(ranks) / np.mean(ranks),
+                         "planning_s": plan.search["seconds"]})
+    return pd.DataFrame(rows)
+
+
+def plan_report(df: pd.DataFrame, profile: str, compute_model: str, out: Path) -> str:
+    """The plans' predicted costs against TorchRec's plan's: a statement about the cost model's view
+    of the planners, not a measurement (that is the ``run`` stage)."""
+    stem = out / f"gpu-plans-{profile}"
+    df.to_csv(stem.with_suffix(".csv"), index=False)
+    ok = df[df.planned]
+    base = ok[ok.searcher == "torchrec"].set_index("task").predicted_ms
+    lines = [f"# Predicted plans of the GPU suite on `{profile}` ({dt.date.today()})", "",
+             f"Predicted, not measured: compute by {compute_model}, comm by the profile's comm model. "
+             "Plan cost = slowest rank's predicted fwd+bwd compute + comm.", "",
+             "| searcher | tasks planned | predicted geomean / TorchRec's | median predicted max/mean | "
+             "median planning s |", "| --- | --- | --- | --- | --- |"]
+    for name, g in ok.groupby("searcher", sort=False):
+        common = g[g.task.isin(base.index)]
+        ratio = (f"{np.exp(np.mean(np.log(common.predicted_ms.to_numpy() / base[common.task].to_numpy()))):.3f}"
+                 if len(common) else "-")
+        lines.append(f"| {name} | {len(g)} | {ratio} | {g.predicted_imbalance.median():.3f} | "
+                     f"{g.planning_s.median():.2f} |")
+    failed = df[~df.planned]
+    if len(failed):
+        lines += ["", "Not planned: " + "; ".join(f"{r.task} by {r.searcher} ({r.error})" for r in failed.itertuples())]
+    text = "\n".join(lines) + "\n"
+    stem.with_suffix(".md").write_text(text)
+    return text
 
 
 def run_suite(profile: str, plans: Path, iterations: int) -> pd.DataFrame:
@@ -92,12 +125,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     if args.stage == "plan":
-        skipped = plan_suite(args.profile, Path(args.suite), args.searchers.split(","), Path(args.plans))
-        print(f"planned into {args.plans}; not planned: {skipped}")
+        est = load_estimator(args.profile)
+        df = plan_suite(est, Path(args.suite), args.searchers.split(","), Path(args.plans))
+        print(plan_report(df, args.profile, est.compute_name, out))
+        print(f"plans in {args.plans}")
     else:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
         print(report(run_suite(args.profile, Path(args.plans), args.iterations), args.profile, out))
 
 

@@ -27,7 +27,9 @@ def test_gpu_suite_plan_then_run_on_cpu(tmp_path, task_dict) -> None:
     (tmp_path / "suite").mkdir()
     (tmp_path / "suite" / "t.json").write_text(json.dumps(task_dict))
     suite.main(["plan", "--profile", "cpu-2c", "--suite", str(tmp_path / "suite"), "--searchers",
-                "torchrec,greedy-cost", "--plans", str(tmp_path / "plans")])
+                "torchrec,greedy-cost", "--plans", str(tmp_path / "plans"), "--out", str(tmp_path / "out")])
+    predicted = (tmp_path / "out" / "gpu-plans-cpu-2c.md").read_text()
+    assert "| torchrec | 1 | 1.000 |" in predicted and "| greedy-cost | 1 |" in predicted
     suite.main(["run", "--profile", "cpu-2c", "--plans", str(tmp_path / "plans"), "--iterations", "3",
                 "--out", str(tmp_path / "out")])
     md = (tmp_path / "out" / "gpu-suite-cpu-2c.md").read_text()
