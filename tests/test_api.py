@@ -36,7 +36,16 @@ def test_service_lists_searchers_profiles_and_health(server: str) -> None:
     assert {"torchrec", "greedy-cost", "random"} <= {s["name"] for s in searchers}
     profiles = {p["name"]: p for p in httpx.get(server + "/v1/profiles").json()}
     assert profiles["cpu-2c"]["loaded"] and profiles["cpu-2c"]["compute_model"].startswith("neural")
-    assert httpx.get(server + "/healthz").json()["profiles"] == ["cpu-2c"]
+    # GPU profiles have no trained model yet: served with the published-bandwidth roofline, which says so
+    assert profiles["h100"]["loaded"] and profiles["h100"]["compute_model"].startswith("roofline")
+    assert httpx.get(server + "/healthz").json()["profiles"] == ["cpu-2c", "h100", "h200"]
+
+
+def test_a_gpu_profile_plans_with_the_roofline_it_names(server: str, task_dict: dict) -> None:
+    r = httpx.post(server + "/v1/plans", params={"profile": "h100", "searcher": "neuroshard-tw"}, json=task_dict,
+                   timeout=60)
+    assert r.status_code == 200, r.text
+    assert r.json()["cost"]["compute_model"].startswith("roofline") and r.json()["cost"]["profile"] == "h100"
 
 
 def test_plan_then_evaluate_round_trip(server: str, task_dict: dict) -> None:
@@ -78,7 +87,7 @@ def test_bad_requests_get_4xx_naming_the_field(server: str, task_dict: dict, pla
     assert _error(malformed, 422)["type"] == "json_invalid"
     assert _error(httpx.post(server + "/v1/plans", params={"searcher": "nope"}, json=task_dict), 422)["loc"] == [
         "query", "searcher"]
-    item = _error(httpx.post(server + "/v1/plans", params={"profile": "h100"}, json=task_dict), 422)
+    item = _error(httpx.post(server + "/v1/plans", params={"profile": "nope"}, json=task_dict), 422)
     assert item["loc"] == ["query", "profile"] and "cpu-2c" in item["msg"]
     huge = copy.deepcopy(task_dict)
     huge["tables"][0]["num_embeddings"] = 10**9  # 64 GB at dim 16, over 2 ranks of 10 MB

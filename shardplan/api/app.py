@@ -101,16 +101,28 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+def _estimators(profiles: Sequence[str] | None) -> dict[str, PlanEstimator]:
+    """The named profiles' estimators (an error if one cannot be loaded), or every one that loads."""
+    if profiles is not None:
+        return {name: load_estimator(name) for name in profiles}
+    out = {}
+    for name in PROFILES:
+        try:
+            out[name] = load_estimator(name)
+        except InputError:  # no model and no published figures: the service does without it
+            continue
+    return out
+
+
 def create_app(limits: Limits | None = None, profiles: Sequence[str] | None = None) -> FastAPI:
     """The planning service. ``profiles``: which profiles' models to load (default: every
-    profile that has a committed compute model)."""
+    profile that can be priced: a committed compute model, or for a GPU profile without
+    one the published-bandwidth roofline, see :func:`load_estimator`)."""
     limits = limits or Limits()
-    wanted = list(profiles) if profiles is not None else [
-        p.name for p in PROFILES.values() if (p.dir / "compute-model.json").exists()]
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.estimators = {name: load_estimator(name) for name in wanted}
+        app.state.estimators = _estimators(profiles)
         app.state.executor = ThreadPoolExecutor(max_workers=limits.workers, thread_name_prefix="plan")
         yield
         app.state.executor.shutdown(wait=False, cancel_futures=True)
