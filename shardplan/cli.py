@@ -454,7 +454,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the REST planning service (uvicorn)")
     serve.add_argument("--host", default="127.0.0.1", help="default loopback only")
     serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--profiles", help="comma-separated profiles to load (default: every one that can be priced: a trained model, or a GPU profile's published roofline)")
+    serve.add_argument("--profiles", help="comma-separated profiles to load (default: every one that can be "
+                       "priced: a trained model, or a GPU profile's published roofline)")
     serve.add_argument("--workers", type=int, default=2, help="planning threads (default 2)")
     serve.add_argument("--max-tables", type=int, default=2000)
     serve.add_argument("--max-world-size", type=int, default=1024)
