@@ -50,7 +50,8 @@ def plan_suite(est: PlanEstimator, suite: Path, searchers: list[str], out: Path)
             rows.append({"task": task.name, "searcher": name, "planned": True, "error": "",
                          "predicted_ms": max(ranks), "predicted_imbalance": max(ranks) / np.mean(ranks),
                          "planning_s": plan.search["seconds"]})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["task", "searcher", "planned", "error", "predicted_ms", "predicted_imbalance",
+                                       "planning_s"])
 
 
 def plan_report(df: pd.DataFrame, profile: str, compute_model: str, out: Path) -> str:
@@ -58,7 +59,7 @@ def plan_report(df: pd.DataFrame, profile: str, compute_model: str, out: Path) -
     of the planners, not a measurement (that is the ``run`` stage)."""
     stem = out / f"gpu-plans-{profile}"
     df.to_csv(stem.with_suffix(".csv"), index=False)
-    ok = df[df.planned]
+    ok = df[df.planned.astype(bool)]
     base = ok[ok.searcher == "torchrec"].set_index("task").predicted_ms
     lines = [f"# Predicted plans of the GPU suite on `{profile}` ({dt.date.today()})", "",
              f"Predicted, not measured: compute by {compute_model}, comm by the profile's comm model. "
@@ -71,7 +72,7 @@ def plan_report(df: pd.DataFrame, profile: str, compute_model: str, out: Path) -
                  if len(common) else "-")
         lines.append(f"| {name} | {len(g)} | {ratio} | {g.predicted_imbalance.median():.3f} | "
                      f"{g.planning_s.median():.2f} |")
-    failed = df[~df.planned]
+    failed = df[~df.planned.astype(bool)]
     if len(failed):
         lines += ["", "Not planned: " + "; ".join(f"{r.task} by {r.searcher} ({r.error})" for r in failed.itertuples())]
     text = "\n".join(lines) + "\n"
