@@ -46,9 +46,8 @@ def plan_suite(est: PlanEstimator, suite: Path, searchers: list[str], out: Path)
                 rows.append({"task": task.name, "searcher": name, "planned": False, "error": str(e)[:200]})
                 continue
             save_plan(plan, out / f"{task.name}--{name}.json")
-            ranks = [r.fwd_compute_ms + r.bwd_compute_ms + r.fwd_comm_ms + r.bwd_comm_ms for r in plan.cost.per_rank]
             rows.append({"task": task.name, "searcher": name, "planned": True, "error": "",
-                         "predicted_ms": max(ranks), "predicted_imbalance": max(ranks) / np.mean(ranks),
+                         "predicted_ms": plan.cost.max_ms, "predicted_imbalance": plan.cost.imbalance,
                          "planning_s": plan.search["seconds"]})
     return pd.DataFrame(rows, columns=["task", "searcher", "planned", "error", "predicted_ms", "predicted_imbalance",
                                        "planning_s"])
