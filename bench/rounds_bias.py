@@ -93,13 +93,16 @@ def main() -> None:
     load_before = load1()
     df = pd.read_csv(args.results)
     df = df[df.measured_rank_rounds_ms.notna()]
-    est = load_estimator(args.profile, args.model)
+    est: PlanEstimator | None = None  # only older results files, without per-rank comm, need it
     rng = np.random.default_rng(args.seed)
     n_rounds = min(len(json.loads(s)[0]) for s in df.measured_rank_rounds_ms)
     rows = []
     for _, r in df.iterrows():
-        comm = np.array(json.loads(r.rank_comm_ms)) if isinstance(r.get("rank_comm_ms"), str) \
-            else replanned_comm(r, args.suite, est)
+        if isinstance(r.get("rank_comm_ms"), str):
+            comm = np.array(json.loads(r.rank_comm_ms))
+        else:
+            est = est or load_estimator(args.profile, args.model)
+            comm = replanned_comm(r, args.suite, est)
         rounds = np.array([x[:n_rounds] for x in json.loads(r.measured_rank_rounds_ms)])
         row = {"task": r.task, "searcher": r.searcher, "ranks": len(comm)}
         for k in range(1, n_rounds + 1):

@@ -55,3 +55,27 @@ def test_restricting_sharding_types(task) -> None:
     assert any(t.sharding_type == "row_wise" for t in shardplan.plan(tight).tables)
     with pytest.raises(InputError, match="row-wise sharding is not allowed"):
         shardplan.plan(tight, sharding_types=GLOO_TYPES)
+
+
+def test_dmp_suite_script_trains_both_plans_and_writes_its_table(task, tmp_path, monkeypatch) -> None:
+    import importlib.util
+    import json
+    import sys
+    from pathlib import Path
+
+    from shardplan.formats import task_to_dict
+
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    monkeypatch.syspath_prepend(str(bench))  # the script's sibling imports, as when it runs from bench/
+    spec = importlib.util.spec_from_file_location("dmp_suite", bench / "dmp_suite.py")
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "t.json").write_text(json.dumps(task_to_dict(task)))
+    monkeypatch.setattr(sys, "argv", ["dmp_suite.py", "--suite", str(tmp_path / "suite"), "--iterations", "4",
+                                      "--warmup", "1", "--rounds", "1", "--out", str(tmp_path / "out"), "--name", "t"])
+    suite.main()
+    text = (tmp_path / "out" / "dmp-suite-t.md").read_text()
+    assert "Geometric mean time ratio over 1 tasks" in text and "TorchRec" in text
+    row = (tmp_path / "out" / "dmp-suite-t.csv").read_text().splitlines()
+    assert len(row) == 2 and not list((tmp_path / "out").glob("*.partial*"))  # one task; no leftovers
