@@ -57,6 +57,7 @@ class Placer:
         self.world = task.topology.world_size
         self.cap = task.topology.memory_per_rank_gb * GB
         self._enc: dict[ShardSpec, tuple[np.ndarray, np.ndarray]] = {}
+        self._units: dict[Unit, tuple[np.ndarray, np.ndarray, float]] = {}  # every placement asks again
         # Units are fed the global batch. A model that prices each batch size's shards as an op of their
         # own (data-parallel replicas: the local batch) must not have those summed in with the units.
         self.main_batch = shard_batch(task, "table_wise")
@@ -147,10 +148,15 @@ class Placer:
         """Each unit's code, own (fwd, bwd) times and bytes, as it would sit on a rank."""
         if not units:
             return np.zeros((0, self.model.code), np.float32), np.zeros((0, 2), np.float32), np.zeros(0)
-        shards = [Shard(0, 0, u.table.num_embeddings, u.col_offset, u.num_cols) for u in units]
-        codes, times = self.encode([shard_spec(self.task, u.table, "table_wise", s) for u, s in zip(units, shards)])
-        need = np.array([shard_bytes(self.task, u.table, "column_wise", s) for u, s in zip(units, shards)], float)
-        return codes, times, need
+        missing = [u for u in dict.fromkeys(units) if u not in self._units]
+        if missing:
+            shards = [Shard(0, 0, u.table.num_embeddings, u.col_offset, u.num_cols) for u in missing]
+            codes, times = self.encode([shard_spec(self.task, u.table, "table_wise", s) for u, s in zip(missing, shards)])
+            for u, s, c, t in zip(missing, shards, codes, times):
+                self._units[u] = (c, t, float(shard_bytes(self.task, u.table, "column_wise", s)))
+        rows = [self._units[u] for u in units]
+        return (np.stack([r[0] for r in rows]), np.stack([r[1] for r in rows]),
+                np.array([r[2] for r in rows], float))
 
     def shardings(self, units: list[Unit], where: np.ndarray, fixed: list[TableSharding]) -> list[TableSharding]:
         """``fixed`` plus the units placed on ranks ``where``: whole tables table-wise, blocks column-wise."""
