@@ -1,16 +1,17 @@
-"""Real training, not kernels alone: the default searcher's plans and TorchRec's, trained under DistributedModelParallel.
+"""Real training, not kernels alone: the default searcher's plans and its peers', trained under DistributedModelParallel.
 
 For every task of a suite with at most ``--max-ranks`` ranks (one gloo process per rank; this
 machine has 2 cores, so 2-rank tasks give each process a core of its own), plan it with the
-default searcher and with TorchRec's planner, both restricted to the sharding types gloo runs
-(table-wise, column-wise, data-parallel), and train the task's DLRM with each plan as its
-``ShardingPlan`` (``shardplan.execute.dmp.compare``: the two plans take turns, ``--rounds`` runs
-each). Measured = wall-clock samples/s of the whole training iteration (embedding lookups,
-all-to-all, dense layers, optimizer; the slowest rank's), median over the rounds; predicted = the
-plans' cost blocks (the neural compute model plus the comm model), for context. Resumable: the
-finished tasks of an interrupted run with the same settings are kept.
+default searcher and with each of ``--peers`` (default TorchRec's planner; a literature greedy such
+as ``greedy-lookup`` stands for the hand-written heuristics), all restricted to the sharding types
+gloo runs (table-wise, column-wise, data-parallel), and train the task's DLRM with each plan as its
+``ShardingPlan`` (``shardplan.execute.dmp.compare``: the plans take turns, ``--rounds`` runs each).
+Measured = wall-clock samples/s of the whole training iteration (embedding lookups, all-to-all,
+dense layers, optimizer; the slowest rank's), median over the rounds; predicted = the plans' cost
+blocks (the neural compute model plus the comm model), for context. Resumable: the finished tasks
+of an interrupted run with the same settings are kept.
 
-    .venv/bin/python bench/dmp_suite.py --suite data/tasks/cpu-bench --name cpu-bench
+    .venv/bin/python bench/dmp_suite.py --suite data/tasks/cpu-bench --peers torchrec,greedy-lookup
 """
 from __future__ import annotations
 
@@ -25,53 +26,71 @@ from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1
-from shardplan.errors import InfeasibleError
-from shardplan.execute.dmp import GLOO_TYPES, compare, torchrec_plan_for
+from shardplan.errors import InfeasibleError, InputError
+from shardplan.execute.dmp import GLOO_TYPES, check_runnable, compare
 from shardplan.formats import load_task, write_text_atomic
-from shardplan.search import DEFAULT_SEARCHER, get_searcher
+from shardplan.search import DEFAULT_SEARCHER, SEARCHERS, get_searcher
 from provenance import provenance  # a sibling: bench/ is on sys.path when a script there runs
 
 
-def _run_task(task, estimator, iterations: int, warmup: int, rounds: int) -> dict:
+def _run_task(task, estimator, peers: list[str], iterations: int, warmup: int, rounds: int) -> dict:
     row: dict = {"task": task.name, "ranks": task.topology.world_size, "tables": len(task.tables)}
-    ours = get_searcher(DEFAULT_SEARCHER, frozenset(GLOO_TYPES)).plan(task, estimator, seed=0)
-    try:
-        theirs = torchrec_plan_for(task, "gloo")
-    except InfeasibleError as e:
-        return {**row, "error": f"torchrec: {e}"}
-    results = compare({"shardplan": ours, "torchrec": theirs}, iterations, warmup, rounds, seed=0, backend="gloo")
-    for name, plan in (("shardplan", ours), ("torchrec", theirs)):
+    plans = {"shardplan": get_searcher(DEFAULT_SEARCHER, frozenset(GLOO_TYPES)).plan(task, estimator, seed=0)}
+    errors = []
+    for peer in peers:
+        # The literature's greedies place whole tables only: nothing to restrict, and gloo runs them.
+        types = frozenset(GLOO_TYPES) if SEARCHERS[peer].honours_sharding_types else None
+        try:
+            plans[peer] = get_searcher(peer, types).plan(task, estimator, seed=0)
+            check_runnable(plans[peer], "gloo")
+        except (InfeasibleError, InputError) as e:
+            plans.pop(peer, None)
+            errors.append(f"{peer}: {e}")
+    if errors:
+        row["error"] = "; ".join(errors)
+    if len(plans) == 1:
+        return row
+    results = compare(plans, iterations, warmup, rounds, seed=0, backend="gloo")
+    for name, plan in plans.items():
         runs = results[name]
         row[f"{name}_samples_per_s"] = statistics.median(r.samples_per_s for r in runs)
         row[f"{name}_runs"] = json.dumps([round(r.samples_per_s, 1) for r in runs])
         row[f"{name}_loss_fell"] = all(r.loss_fell for r in runs)
         row[f"{name}_predicted_ms"] = plan.cost.max_ms
-    # Iteration time ours over theirs: comparable with the bench's cost ratio (lower is better).
-    row["time_ratio"] = row["torchrec_samples_per_s"] / row["shardplan_samples_per_s"]
-    row["predicted_ratio"] = row["shardplan_predicted_ms"] / row["torchrec_predicted_ms"]
+    for peer in plans.keys() - {"shardplan"}:
+        # Iteration time ours over the peer's: comparable with the bench's cost ratio (lower is better).
+        row[f"time_ratio_vs_{peer}"] = row[f"{peer}_samples_per_s"] / row["shardplan_samples_per_s"]
+        row[f"predicted_ratio_vs_{peer}"] = row["shardplan_predicted_ms"] / row[f"{peer}_predicted_ms"]
     return row
 
 
-def _markdown(df: pd.DataFrame, args: argparse.Namespace, load_before: float) -> str:
-    ok = df.dropna(subset=["time_ratio"])
-    geo = lambda col: math.exp(sum(map(math.log, ok[col])) / len(ok)) if len(ok) else float("nan")  # noqa: E731
-    cols = ["task", "ranks", "tables", "shardplan_samples_per_s", "torchrec_samples_per_s", "time_ratio",
-            "predicted_ratio", "shardplan_loss_fell", "torchrec_loss_fell"]
-    lines = [f"# DistributedModelParallel training: `{DEFAULT_SEARCHER}` plans against TorchRec's on `{args.suite}`",
-             "", *provenance(load_before, f"; {args.iterations} timed iterations after {args.warmup} warm-up, "
-                                          f"{args.rounds} interleaved runs per plan, gloo."), "",
+def _markdown(df: pd.DataFrame, args: argparse.Namespace, peers: list[str], load_before: float) -> str:
+    lines = [f"# DistributedModelParallel training: `{DEFAULT_SEARCHER}` plans against {', '.join(peers)} on "
+             f"`{args.suite}`", "",
+             *provenance(load_before, f"; {args.iterations} timed iterations after {args.warmup} warm-up, "
+                                      f"{args.rounds} interleaved runs per plan, gloo."), "",
              "Measured: samples/s of real multi-process TorchRec DistributedModelParallel training of the task's "
              "DLRM (one process per rank; the whole iteration, the slowest rank's wall clock), median over the "
-             "runs. `time_ratio` = TorchRec's samples/s over ours (our iteration time over TorchRec's; < 1: "
-             "ours trains faster). `predicted_ratio`: the plans' predicted costs (neural compute model + comm "
-             "model), embedding part only. Both planners limited to gloo's sharding types.", "",
-             f"**Geometric mean time ratio over {len(ok)} tasks: {geo('time_ratio'):.3f}** "
-             f"(predicted, embedding part: {geo('predicted_ratio'):.3f}); ours faster on "
-             f"{int((ok.time_ratio < 1).sum())} of {len(ok)}.", "",
-             ok[cols].to_markdown(index=False, floatfmt=".3f"), ""]
-    failed = df[df.time_ratio.isna()] if "time_ratio" in df else df
-    if len(failed):
-        lines += ["Not compared: " + "; ".join(f"{r.task} ({r.error})" for r in failed.itertuples()), ""]
+             "runs. `time_ratio_vs_X` = X's samples/s over ours (our iteration time over X's; < 1: ours trains "
+             "faster). `predicted_ratio_vs_X`: the plans' predicted costs (neural compute model + comm model), "
+             "embedding part only. Every planner limited to gloo's sharding types.", ""]
+    for peer in peers:
+        col = f"time_ratio_vs_{peer}"
+        ok = df.dropna(subset=[col]) if col in df else df.iloc[0:0]
+        if not len(ok):
+            lines += [f"Against `{peer}`: no task compared.", ""]
+            continue
+        geo = lambda c: math.exp(sum(map(math.log, ok[c])) / len(ok))  # noqa: E731
+        lines += [f"**Against `{peer}`: geometric mean time ratio over {len(ok)} tasks {geo(col):.3f}** "
+                  f"(predicted, embedding part: {geo(f'predicted_ratio_vs_{peer}'):.3f}); ours faster on "
+                  f"{int((ok[col] < 1).sum())} of {len(ok)}.", ""]
+    cols = ["task", "ranks", "tables", "shardplan_samples_per_s",
+            *[c for p in peers for c in (f"{p}_samples_per_s", f"time_ratio_vs_{p}", f"predicted_ratio_vs_{p}")
+              if c in df],
+            *[c for c in df if c.endswith("_loss_fell")]]
+    lines += [df[cols].to_markdown(index=False, floatfmt=".3f"), ""]
+    if "error" in df and df.error.notna().any():
+        lines += ["Not planned: " + "; ".join(f"{r.task} ({r.error})" for r in df[df.error.notna()].itertuples()), ""]
     return "\n".join(lines)
 
 
@@ -79,6 +98,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", type=Path, default=Path("data/tasks/cpu-bench"))
     ap.add_argument("--profile", default="cpu-2c")
+    ap.add_argument("--peers", default="torchrec", help="comma-separated searchers to train against (default torchrec)")
     ap.add_argument("--max-ranks", type=int, default=2, help="skip tasks with more ranks (one process per rank)")
     ap.add_argument("--iterations", type=int, default=60)
     ap.add_argument("--warmup", type=int, default=5)
@@ -88,6 +108,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     args = ap.parse_args()
     name = f"dmp-suite-{args.name or args.suite.name}"
+    peers = args.peers.split(",")
+    for peer in peers:
+        get_searcher(peer)  # an unknown name fails here, before any training
     estimator = load_estimator(args.profile)
     tasks = [t for t in map(load_task, sorted(args.suite.glob("*.json"))) if t.topology.world_size <= args.max_ranks]
     tasks = tasks[: args.limit]
@@ -102,13 +125,11 @@ def main() -> None:
     load_before = load1()
     done = {r["task"] for r in rows}
     for task in tqdm([t for t in tasks if t.name not in done], desc=f"dmp {args.suite.name}"):
-        rows.append(_run_task(task, estimator, args.iterations, args.warmup, args.rounds))
+        rows.append(_run_task(task, estimator, peers, args.iterations, args.warmup, args.rounds))
         write_text_atomic(partial, pd.DataFrame(rows).to_csv(index=False))
     df = pd.DataFrame(rows)
-    if "time_ratio" not in df:
-        df["time_ratio"] = float("nan")
     df.to_csv(args.out / f"{name}.csv", index=False)
-    text = _markdown(df, args, load_before)
+    text = _markdown(df, args, peers, load_before)
     write_text_atomic(args.out / f"{name}.md", text)
     partial.unlink(missing_ok=True)
     stamp.unlink(missing_ok=True)

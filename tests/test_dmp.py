@@ -73,9 +73,11 @@ def test_dmp_suite_script_trains_both_plans_and_writes_its_table(task, tmp_path,
     (tmp_path / "suite").mkdir()
     (tmp_path / "suite" / "t.json").write_text(json.dumps(task_to_dict(task)))
     monkeypatch.setattr(sys, "argv", ["dmp_suite.py", "--suite", str(tmp_path / "suite"), "--iterations", "4",
-                                      "--warmup", "1", "--rounds", "1", "--out", str(tmp_path / "out"), "--name", "t"])
+                                      "--warmup", "1", "--rounds", "1", "--out", str(tmp_path / "out"), "--name", "t",
+                                      "--peers", "torchrec,greedy-lookup"])
     suite.main()
     text = (tmp_path / "out" / "dmp-suite-t.md").read_text()
-    assert "Geometric mean time ratio over 1 tasks" in text and "TorchRec" in text
+    for peer in ("torchrec", "greedy-lookup"):
+        assert f"Against `{peer}`: geometric mean time ratio over 1 tasks" in text
     row = (tmp_path / "out" / "dmp-suite-t.csv").read_text().splitlines()
     assert len(row) == 2 and not list((tmp_path / "out").glob("*.partial*"))  # one task; no leftovers
