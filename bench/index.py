@@ -63,7 +63,7 @@ class Result:
 
 def _purpose(script: str) -> str:
     if script == SHARDPLAN_CLI:
-        return "results written by other `shardplan` subcommands."
+        return "Results written by other `shardplan` subcommands."
     if script == BENCH_CLI:
         return ("Every searcher on every task of a suite, each task's plans measured interleaved on real "
                 "FBGEMM kernels (`shardplan/execute/bench.py`).")
