@@ -57,7 +57,7 @@ def test_restricting_sharding_types(task) -> None:
         shardplan.plan(tight, sharding_types=GLOO_TYPES)
 
 
-def test_dmp_suite_script_trains_both_plans_and_writes_its_table(task, tmp_path, monkeypatch) -> None:
+def test_dmp_suite_script_trains_every_plan_and_writes_its_table(task, tmp_path, monkeypatch) -> None:
     import importlib.util
     import json
     import sys
