@@ -9,9 +9,11 @@ gloo runs (table-wise, column-wise, data-parallel), and train the task's DLRM wi
 Measured = wall-clock samples/s of the whole training iteration (embedding lookups, all-to-all,
 dense layers, optimizer; the slowest rank's), median over the rounds; predicted = the plans' cost
 blocks (the neural compute model plus the comm model), for context. Resumable: the finished tasks
-of an interrupted run with the same settings are kept.
+of an interrupted run with the same settings are kept. On a drifting host one call's ratios move by
+several percent; ``--pool`` merges the runs of several calls of the same plans (:func:`pool`).
 
     .venv/bin/python bench/dmp_suite.py --suite data/tasks/cpu-bench --peers torchrec,greedy-lookup
+    .venv/bin/python bench/dmp_suite.py --pool cpu-bench,cpu-bench-peers --name cpu-bench-pooled
 """
 from __future__ import annotations
 
@@ -64,11 +66,14 @@ def _run_task(task, estimator, peers: list[str], iterations: int, warmup: int, r
     return row
 
 
-def _markdown(df: pd.DataFrame, args: argparse.Namespace, peers: list[str], load_before: float) -> str:
+def _markdown(df: pd.DataFrame, args: argparse.Namespace, peers: list[str], load_before: float,
+              pooled: list[str] | None = None) -> str:
+    how = (f"; the runs of {len(pooled)} earlier calls pooled ({', '.join(pooled)}; each call's file gives its "
+           "settings), nothing trained by this command." if pooled else
+           f"; {args.iterations} timed iterations after {args.warmup} warm-up, {args.rounds} interleaved runs per "
+           "plan, gloo.")
     lines = [f"# DistributedModelParallel training: `{DEFAULT_SEARCHER}` plans against {', '.join(peers)} on "
-             f"`{args.suite}`", "",
-             *provenance(load_before, f"; {args.iterations} timed iterations after {args.warmup} warm-up, "
-                                      f"{args.rounds} interleaved runs per plan, gloo."), "",
+             f"`{args.suite}`", "", *provenance(load_before, how), "",
              "Measured: samples/s of real multi-process TorchRec DistributedModelParallel training of the task's "
              "DLRM (one process per rank; the whole iteration, the slowest rank's wall clock), median over the "
              "runs. `time_ratio_vs_X` = X's samples/s over ours (our iteration time over X's; < 1: ours trains "
@@ -94,6 +99,34 @@ def _markdown(df: pd.DataFrame, args: argparse.Namespace, peers: list[str], load
     return "\n".join(lines)
 
 
+def pool(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """Several calls' rows of the same plans as one: per task and plan, the median over every run of
+    every call (``<plan>_runs``). A peer's ratio compares medians over the calls that trained that peer
+    only, ours included, so both sides saw the same moments of a drifting host. The plans must be the
+    same in every call (their predicted costs equal), or the runs would not be of one plan."""
+    plans = sorted({c[: -len("_runs")] for f in frames for c in f if c.endswith("_runs")} - {"shardplan"})
+    runs_of = lambda calls, plan: [x for c in calls for x in json.loads(c[f"{plan}_runs"])]  # noqa: E731
+    rows = []
+    for task in sorted(set.intersection(*(set(f.task) for f in frames))):
+        calls = [f[f.task == task].iloc[0] for f in frames]
+        row: dict = {"task": task, "ranks": calls[0].ranks, "tables": calls[0].tables, "calls": len(calls)}
+        for plan in ["shardplan", *plans]:
+            have = [c for c in calls if isinstance(c.get(f"{plan}_runs"), str)]
+            if not have:
+                continue
+            if len({round(c[f"{plan}_predicted_ms"], 9) for c in have}) > 1:
+                raise SystemExit(f"{task}: the {plan} plans differ between the calls (predicted costs differ)")
+            row[f"{plan}_samples_per_s"] = statistics.median(runs_of(have, plan))
+            row[f"{plan}_runs"] = json.dumps(runs_of(have, plan))
+            row[f"{plan}_predicted_ms"] = have[0][f"{plan}_predicted_ms"]
+            if plan != "shardplan":
+                ours = statistics.median(runs_of(have, "shardplan"))
+                row[f"time_ratio_vs_{plan}"] = row[f"{plan}_samples_per_s"] / ours
+                row[f"predicted_ratio_vs_{plan}"] = row["shardplan_predicted_ms"] / row[f"{plan}_predicted_ms"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", type=Path, default=Path("data/tasks/cpu-bench"))
@@ -106,8 +139,20 @@ def main() -> None:
     ap.add_argument("--limit", type=int, help="only the first N eligible tasks")
     ap.add_argument("--name", default=None)
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
+    ap.add_argument("--pool", help="train nothing: pool the runs of these earlier calls (comma-separated "
+                    "names, as given to --name) into one table, written under --name")
     args = ap.parse_args()
     name = f"dmp-suite-{args.name or args.suite.name}"
+    if args.pool:
+        load_before = load1()
+        calls = args.pool.split(",")
+        df = pool([pd.read_csv(args.out / f"dmp-suite-{c}.csv") for c in calls])
+        peers = [c[len("time_ratio_vs_"):] for c in df if c.startswith("time_ratio_vs_")]
+        df.to_csv(args.out / f"{name}.csv", index=False)
+        text = _markdown(df, args, peers, load_before, pooled=calls)
+        write_text_atomic(args.out / f"{name}.md", text)
+        print(text)
+        return
     peers = args.peers.split(",")
     for peer in peers:
         get_searcher(peer)  # an unknown name fails here, before any training

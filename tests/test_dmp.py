@@ -57,19 +57,25 @@ def test_restricting_sharding_types(task) -> None:
         shardplan.plan(tight, sharding_types=GLOO_TYPES)
 
 
-def test_dmp_suite_script_trains_every_plan_and_writes_its_table(task, tmp_path, monkeypatch) -> None:
+def _dmp_suite_module(monkeypatch):
     import importlib.util
-    import json
-    import sys
     from pathlib import Path
-
-    from shardplan.formats import task_to_dict
 
     bench = Path(__file__).resolve().parents[1] / "bench"
     monkeypatch.syspath_prepend(str(bench))  # the script's sibling imports, as when it runs from bench/
     spec = importlib.util.spec_from_file_location("dmp_suite", bench / "dmp_suite.py")
     suite = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(suite)
+    return suite
+
+
+def test_dmp_suite_script_trains_every_plan_and_writes_its_table(task, tmp_path, monkeypatch) -> None:
+    import json
+    import sys
+
+    from shardplan.formats import task_to_dict
+
+    suite = _dmp_suite_module(monkeypatch)
     (tmp_path / "suite").mkdir()
     (tmp_path / "suite" / "t.json").write_text(json.dumps(task_to_dict(task)))
     monkeypatch.setattr(sys, "argv", ["dmp_suite.py", "--suite", str(tmp_path / "suite"), "--iterations", "4",
@@ -81,3 +87,20 @@ def test_dmp_suite_script_trains_every_plan_and_writes_its_table(task, tmp_path,
         assert f"Against `{peer}`: geometric mean time ratio over 1 tasks" in text
     row = (tmp_path / "out" / "dmp-suite-t.csv").read_text().splitlines()
     assert len(row) == 2 and not list((tmp_path / "out").glob("*.partial*"))  # one task; no leftovers
+
+
+def test_dmp_suite_pools_calls_and_compares_a_peer_only_over_its_own_calls(monkeypatch) -> None:
+    import pandas as pd
+
+    suite = _dmp_suite_module(monkeypatch)
+    common = {"task": "t", "ranks": 2, "tables": 3, "shardplan_predicted_ms": 10.0, "torchrec_predicted_ms": 12.0}
+    first = pd.DataFrame([{**common, "shardplan_runs": "[100, 110, 120]", "torchrec_runs": "[90, 95, 100]"}])
+    second = pd.DataFrame([{**common, "shardplan_runs": "[60, 70, 80]", "torchrec_runs": "[50, 55, 60]",
+                            "greedy-lookup_runs": "[35, 35, 35]", "greedy-lookup_predicted_ms": 11.0}])
+    row = suite.pool([first, second]).iloc[0]
+    assert row.shardplan_samples_per_s == 90.0 and row.torchrec_samples_per_s == 75.0  # medians of six runs
+    assert row.time_ratio_vs_torchrec == 75.0 / 90.0
+    assert row["time_ratio_vs_greedy-lookup"] == 35 / 70  # over call 2 only, the one that trained it
+    second.loc[0, "torchrec_predicted_ms"] = 13.0  # another plan: its runs cannot be pooled with the first's
+    with pytest.raises(SystemExit, match="torchrec plans differ"):
+        suite.pool([first, second])
