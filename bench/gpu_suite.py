@@ -26,7 +26,7 @@ from shardplan.cost.estimator import PlanEstimator, load_estimator
 from shardplan.cost.profiles import machine_stamp
 from shardplan.errors import InputError
 from shardplan.execute.dlrm_loop import run_loop
-from shardplan.formats import load_plan, load_task, save_plan
+from shardplan.formats import load_plan, load_task, save_plan, write_text_atomic
 from shardplan.search import get_searcher
 
 DEFAULT_SEARCHERS = "torchrec,neuroshard,neuroshard-tw,greedy-cost,greedy-lookup,greedy-size"
@@ -59,23 +59,24 @@ def plan_report(df: pd.DataFrame, profile: str, compute_model: str, out: Path) -
     stem = out / f"gpu-plans-{profile}"
     df.to_csv(stem.with_suffix(".csv"), index=False)
     ok = df[df.planned.astype(bool)]
-    base = ok[ok.searcher == "torchrec"].set_index("task").predicted_ms
     lines = [f"# Predicted plans of the GPU suite on `{profile}` ({dt.date.today()})", "",
              f"Predicted, not measured: compute by {compute_model}, comm by the profile's comm model. "
              "Plan cost = slowest rank's predicted fwd+bwd compute + comm.", "",
              "| searcher | tasks planned | predicted geomean / TorchRec's | median predicted max/mean | "
              "median planning s |", "| --- | --- | --- | --- | --- |"]
+    # Imported here: the ``plan`` stage runs on this machine, the ``run`` stage's imports stay lean for the GPU one.
+    from shardplan.execute.bench import geomean_vs
+
+    ratios = geomean_vs(ok, column="predicted_ms").set_index("searcher")["geomean_vs_torchrec"]
     for name, g in ok.groupby("searcher", sort=False):
-        common = g[g.task.isin(base.index)]
-        ratio = (f"{np.exp(np.mean(np.log(common.predicted_ms.to_numpy() / base[common.task].to_numpy()))):.3f}"
-                 if len(common) else "-")
+        ratio = f"{ratios[name]:.3f}" if np.isfinite(ratios[name]) else "-"
         lines.append(f"| {name} | {len(g)} | {ratio} | {g.predicted_imbalance.median():.3f} | "
                      f"{g.planning_s.median():.2f} |")
     failed = df[~df.planned.astype(bool)]
     if len(failed):
         lines += ["", "Not planned: " + "; ".join(f"{r.task} by {r.searcher} ({r.error})" for r in failed.itertuples())]
     text = "\n".join(lines) + "\n"
-    stem.with_suffix(".md").write_text(text)
+    write_text_atomic(stem.with_suffix(".md"), text)
     return text
 
 
@@ -111,7 +112,7 @@ def report(df: pd.DataFrame, profile: str, out: Path) -> str:
             ratio = float(np.exp(np.mean(np.log(common.embedding_ms.to_numpy() / base[common.task].to_numpy()))))
             lines.append(f"| {name} | {len(g)} | {ratio:.3f} | {g.samples_per_s.median():.0f} |")
     text = "\n".join(lines) + "\n"
-    stem.with_suffix(".md").write_text(text)
+    write_text_atomic(stem.with_suffix(".md"), text)
     return text
 
 
