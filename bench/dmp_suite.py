@@ -29,6 +29,7 @@ from tqdm import tqdm
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1
 from shardplan.errors import InfeasibleError, InputError
+from shardplan.execute.bench import resumed_rows
 from shardplan.execute.dmp import GLOO_TYPES, check_runnable, compare
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import DEFAULT_SEARCHER, SEARCHERS, get_searcher
@@ -143,41 +144,31 @@ def main() -> None:
                     "names, as given to --name) into one table, written under --name")
     args = ap.parse_args()
     name = f"dmp-suite-{args.name or args.suite.name}"
-    if args.pool:
-        load_before = load1()
-        calls = args.pool.split(",")
-        df = pool([pd.read_csv(args.out / f"dmp-suite-{c}.csv") for c in calls])
-        peers = [c[len("time_ratio_vs_"):] for c in df if c.startswith("time_ratio_vs_")]
-        df.to_csv(args.out / f"{name}.csv", index=False)
-        text = _markdown(df, args, peers, load_before, pooled=calls)
-        write_text_atomic(args.out / f"{name}.md", text)
-        print(text)
-        return
-    peers = args.peers.split(",")
-    for peer in peers:
-        get_searcher(peer)  # an unknown name fails here, before any training
-    estimator = load_estimator(args.profile)
-    tasks = [t for t in map(load_task, sorted(args.suite.glob("*.json"))) if t.topology.world_size <= args.max_ranks]
-    tasks = tasks[: args.limit]
-    settings = {k: str(v) for k, v in vars(args).items() if k not in ("name", "out")}
-    partial, stamp = args.out / f"{name}.partial.csv", args.out / f"{name}.partial.json"
-    rows = []
-    if partial.exists() and stamp.exists() and json.loads(stamp.read_text()) == settings:
-        rows = pd.read_csv(partial).to_dict("records")
-        print(f"resuming: {len(rows)} task(s) done")
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(stamp, json.dumps(settings))
     load_before = load1()
-    done = {r["task"] for r in rows}
-    for task in tqdm([t for t in tasks if t.name not in done], desc=f"dmp {args.suite.name}"):
-        rows.append(_run_task(task, estimator, peers, args.iterations, args.warmup, args.rounds))
-        write_text_atomic(partial, pd.DataFrame(rows).to_csv(index=False))
-    df = pd.DataFrame(rows)
+    partial = args.out / f"{name}.partial.csv"
+    if args.pool:
+        pooled = args.pool.split(",")
+        df = pool([pd.read_csv(args.out / f"dmp-suite-{c}.csv") for c in pooled])
+        peers = [c[len("time_ratio_vs_"):] for c in df if c.startswith("time_ratio_vs_")]
+    else:
+        pooled, peers = None, args.peers.split(",")
+        for peer in peers:
+            get_searcher(peer)  # an unknown name fails here, before any training
+        estimator = load_estimator(args.profile)
+        tasks = [t for t in map(load_task, sorted(args.suite.glob("*.json"))) if t.topology.world_size <= args.max_ranks]
+        tasks = tasks[: args.limit]
+        args.out.mkdir(parents=True, exist_ok=True)
+        rows = resumed_rows(partial, {k: str(v) for k, v in vars(args).items() if k not in ("name", "out")})
+        done = {r["task"] for r in rows}
+        for task in tqdm([t for t in tasks if t.name not in done], desc=f"dmp {args.suite.name}"):
+            rows.append(_run_task(task, estimator, peers, args.iterations, args.warmup, args.rounds))
+            write_text_atomic(partial, pd.DataFrame(rows).to_csv(index=False))
+        df = pd.DataFrame(rows)
     df.to_csv(args.out / f"{name}.csv", index=False)
-    text = _markdown(df, args, peers, load_before)
+    text = _markdown(df, args, peers, load_before, pooled)
     write_text_atomic(args.out / f"{name}.md", text)
     partial.unlink(missing_ok=True)
-    stamp.unlink(missing_ok=True)
+    partial.with_suffix(".json").unlink(missing_ok=True)
     print(text)
 
 

@@ -112,7 +112,7 @@ def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profi
     partial = out_dir / f"{name}.partial.csv"
     settings = {"suite": str(suite), "searchers": searchers, "profile": profile, "rounds": rounds, "seed": seed,
                 "model": estimator.compute_name, **({"visits": visits} if visits > 1 else {})}
-    rows = _resumed_rows(partial, settings)
+    rows = resumed_rows(partial, settings)
     done = {r["task"] for r in rows}
     for path in tqdm(tasks, desc=f"bench {suite.name}"):
         task = load_task(path)
@@ -134,7 +134,7 @@ def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profi
     return df
 
 
-def _resumed_rows(partial: Path, settings: dict) -> list[dict]:
+def resumed_rows(partial: Path, settings: dict) -> list[dict]:
     """Rows of an interrupted run with the same settings; otherwise start afresh (and say so)."""
     stamp = partial.with_suffix(".json")
     if partial.exists() and stamp.exists() and json.loads(stamp.read_text()) == settings:
