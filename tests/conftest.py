@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -9,6 +12,24 @@ from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile
 from shardplan.cost.specs import specs_from_json
 from shardplan.domain import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def load_script(monkeypatch):
+    """A repository script (``bench/x.py``) imported as a module the way it runs: its folder on
+    ``sys.path`` (its sibling imports) and the module in ``sys.modules`` (dataclasses look it up there)."""
+    def load(relpath: str):
+        path = ROOT / relpath
+        monkeypatch.syspath_prepend(str(path.parent))
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, spec.name, module)
+        spec.loader.exec_module(module)
+        return module
+    return load
+
 
 POOL = [Table(f"p{i}", 300 * (i + 1), 16, 1.0 + i, 0.2 * i) for i in range(8)]
 

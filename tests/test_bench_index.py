@@ -1,24 +1,14 @@
 """The committed index of ``bench/results/`` lists every results file there, each under the script that wrote it."""
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _index_module():
-    spec = importlib.util.spec_from_file_location("bench_index", ROOT / "bench" / "index.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_committed_index_lists_every_result() -> None:
-    index = _index_module()
+def test_committed_index_lists_every_result(load_script) -> None:
+    index = load_script("bench/index.py")
     committed = index.INDEX.read_text()
     listed = set(re.findall(r"^\| `([^`]+)` \|", committed, flags=re.M))
     on_disk = {r.name for r in index.collect()}
@@ -26,8 +16,8 @@ def test_committed_index_lists_every_result() -> None:
     assert listed - on_disk == set(), "the index lists results that are gone: run .venv/bin/python bench/index.py"
 
 
-def test_every_result_is_traced_to_its_script() -> None:
-    index = _index_module()
+def test_every_result_is_traced_to_its_script(load_script) -> None:
+    index = load_script("bench/index.py")
     results = index.collect()
     scripts = {r.script for r in results}
     assert "(unknown)" not in scripts

@@ -57,25 +57,13 @@ def test_restricting_sharding_types(task) -> None:
         shardplan.plan(tight, sharding_types=GLOO_TYPES)
 
 
-def _dmp_suite_module(monkeypatch):
-    import importlib.util
-    from pathlib import Path
-
-    bench = Path(__file__).resolve().parents[1] / "bench"
-    monkeypatch.syspath_prepend(str(bench))  # the script's sibling imports, as when it runs from bench/
-    spec = importlib.util.spec_from_file_location("dmp_suite", bench / "dmp_suite.py")
-    suite = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(suite)
-    return suite
-
-
-def test_dmp_suite_script_trains_every_plan_and_writes_its_table(task, tmp_path, monkeypatch) -> None:
+def test_dmp_suite_script_trains_every_plan_and_writes_its_table(task, tmp_path, monkeypatch, load_script) -> None:
     import json
     import sys
 
     from shardplan.formats import task_to_dict
 
-    suite = _dmp_suite_module(monkeypatch)
+    suite = load_script("bench/dmp_suite.py")
     (tmp_path / "suite").mkdir()
     (tmp_path / "suite" / "t.json").write_text(json.dumps(task_to_dict(task)))
     monkeypatch.setattr(sys, "argv", ["dmp_suite.py", "--suite", str(tmp_path / "suite"), "--iterations", "4",
@@ -89,10 +77,10 @@ def test_dmp_suite_script_trains_every_plan_and_writes_its_table(task, tmp_path,
     assert len(row) == 2 and not list((tmp_path / "out").glob("*.partial*"))  # one task; no leftovers
 
 
-def test_dmp_suite_pools_calls_and_compares_a_peer_only_over_its_own_calls(monkeypatch) -> None:
+def test_dmp_suite_pools_calls_and_compares_a_peer_only_over_its_own_calls(load_script) -> None:
     import pandas as pd
 
-    suite = _dmp_suite_module(monkeypatch)
+    suite = load_script("bench/dmp_suite.py")
     common = {"task": "t", "ranks": 2, "tables": 3, "shardplan_predicted_ms": 10.0, "torchrec_predicted_ms": 12.0}
     first = pd.DataFrame([{**common, "shardplan_runs": "[100, 110, 120]", "torchrec_runs": "[90, 95, 100]"}])
     second = pd.DataFrame([{**common, "shardplan_runs": "[60, 70, 80]", "torchrec_runs": "[50, 55, 60]",

@@ -1,14 +1,10 @@
 """The GPU suite's CPU twin: plan on this machine, train every plan in the emulated-rank DLRM loop."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import shardplan
 from shardplan.execute.dlrm_loop import run_loop
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_emulated_rank_loop_trains_and_times_every_rank(task_dict) -> None:
@@ -20,10 +16,8 @@ def test_emulated_rank_loop_trains_and_times_every_rank(task_dict) -> None:
     assert sum(r.losses[-5:]) < sum(r.losses[:5])  # it learns
 
 
-def test_gpu_suite_plan_then_run_on_cpu(tmp_path, task_dict) -> None:
-    spec = importlib.util.spec_from_file_location("gpu_suite", ROOT / "bench" / "gpu_suite.py")
-    suite = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(suite)
+def test_gpu_suite_plan_then_run_on_cpu(tmp_path, task_dict, load_script) -> None:
+    suite = load_script("bench/gpu_suite.py")
     (tmp_path / "suite").mkdir()
     (tmp_path / "suite" / "t.json").write_text(json.dumps(task_dict))
     suite.main(["plan", "--profile", "cpu-2c", "--suite", str(tmp_path / "suite"), "--searchers",
