@@ -28,27 +28,16 @@ from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1
-from shardplan.errors import InfeasibleError, InputError
 from shardplan.execute.bench import resumed_rows
-from shardplan.execute.dmp import GLOO_TYPES, check_runnable, compare
+from shardplan.execute.dmp import compare, gloo_plans
 from shardplan.formats import load_task, write_text_atomic
-from shardplan.search import DEFAULT_SEARCHER, SEARCHERS, get_searcher
+from shardplan.search import DEFAULT_SEARCHER, get_searcher
 from provenance import provenance  # a sibling: bench/ is on sys.path when a script there runs
 
 
 def _run_task(task, estimator, peers: list[str], iterations: int, warmup: int, rounds: int) -> dict:
     row: dict = {"task": task.name, "ranks": task.topology.world_size, "tables": len(task.tables)}
-    plans = {"shardplan": get_searcher(DEFAULT_SEARCHER, frozenset(GLOO_TYPES)).plan(task, estimator, seed=0)}
-    errors = []
-    for peer in peers:
-        # The literature's greedies place whole tables only: nothing to restrict, and gloo runs them.
-        types = frozenset(GLOO_TYPES) if SEARCHERS[peer].honours_sharding_types else None
-        try:
-            plans[peer] = get_searcher(peer, types).plan(task, estimator, seed=0)
-            check_runnable(plans[peer], "gloo")
-        except (InfeasibleError, InputError) as e:
-            plans.pop(peer, None)
-            errors.append(f"{peer}: {e}")
+    plans, errors = gloo_plans(task, peers, estimator)
     if errors:
         row["error"] = "; ".join(errors)
     if len(plans) == 1:

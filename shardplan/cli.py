@@ -293,7 +293,7 @@ MEASURED_DMP = ("measured: wall-clock of the timed iterations of a real multi-pr
 def _cmd_train_dmp(args: argparse.Namespace) -> int:
     import statistics
 
-    from .execute.dmp import compare, default_backend, torchrec_plan_for
+    from .execute.dmp import compare, default_backend, memory_rows, torchrec_plan_for
     from .formats import load_plan, write_json_atomic
     from .validate import validate_plan
 
@@ -316,6 +316,13 @@ def _cmd_train_dmp(args: argparse.Namespace) -> int:
     print(f"{plan.task.name}: {plan.task.topology.world_size} processes, {backend}, global batch "
           f"{plan.task.global_batch_size}, {args.iterations} timed iterations x {args.rounds} rounds (interleaved)")
     print(tabulate([{k: v for k, v in r.items() if k != "runs_samples_per_s"} for r in rows], headers="keys"))
+    memory = {name: memory_rows(plans[name], runs[-1]) for name, runs in results.items()}
+    print("\nmemory per rank, MiB: the plan's own figures beside what TorchRec allocated for the shards "
+          "(weights, optimizer state); the plan's total adds its per-batch buffers, the process's peak "
+          "resident growth is everything training held at once")
+    for name, mem in memory.items():
+        print(f"{name}:")
+        print(tabulate(mem, headers="keys"))
     if args.out:
         import datetime as dt
 
@@ -324,7 +331,7 @@ def _cmd_train_dmp(args: argparse.Namespace) -> int:
         write_json_atomic(args.out, {"task": plan.task.name, "backend": backend, "iterations": args.iterations,
                                      "rounds": args.rounds, "measured": MEASURED_DMP, "machine": machine_stamp(),
                                      "date": dt.date.today().isoformat(), "command": command_line(),
-                                     "results": rows,
+                                     "results": rows, "memory_mib": memory,
                                      "runs": {n: [r.to_dict() for r in rs] for n, rs in results.items()}})
     if not all(r["loss_fell"] for r in rows):
         print("error: the loss did not fall", file=sys.stderr)

@@ -9,6 +9,8 @@ optimizer + I/O buffers).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .domain import DTYPE_BYTES, Plan, Shard, Table, Task
 
 GB = 1024**3
@@ -31,14 +33,34 @@ def shard_batch(task: Task, sharding_type: str) -> int:
     return task.batch_size_per_rank if sharding_type == "data_parallel" else task.global_batch_size
 
 
-def shard_bytes(task: Task, table: Table, sharding_type: str, shard: Shard) -> int:
+@dataclass(frozen=True)
+class MemoryParts:
+    """Bytes a shard (or a rank's shards) holds: what the trainer allocates for good, and the per-batch buffers."""
+
+    weights: int
+    optimizer_state: int
+    buffers: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.optimizer_state + self.buffers
+
+    def __add__(self, other: MemoryParts) -> MemoryParts:
+        return MemoryParts(self.weights + other.weights, self.optimizer_state + other.optimizer_state,
+                           self.buffers + other.buffers)
+
+
+def shard_memory(task: Task, table: Table, sharding_type: str, shard: Shard) -> MemoryParts:
     rows, cols = shard.num_rows, shard.num_cols
     batch = shard_batch(task, sharding_type)
-    weights = rows * cols * DTYPE_BYTES[task.dtype]
-    state = optimizer_state_bytes(task.optimizer, rows, cols)
     pooled_ids = int(batch * table.pooling_factor * min(1.0, rows / table.num_embeddings)) + batch + 1
-    buffers = 2 * batch * cols * 4 + pooled_ids * 8
-    return weights + state + buffers
+    return MemoryParts(weights=rows * cols * DTYPE_BYTES[task.dtype],
+                       optimizer_state=optimizer_state_bytes(task.optimizer, rows, cols),
+                       buffers=2 * batch * cols * 4 + pooled_ids * 8)
+
+
+def shard_bytes(task: Task, table: Table, sharding_type: str, shard: Shard) -> int:
+    return shard_memory(task, table, sharding_type, shard).total
 
 
 def table_bytes(task: Task, table: Table) -> int:
@@ -46,8 +68,16 @@ def table_bytes(task: Task, table: Table) -> int:
     return shard_bytes(task, table, "table_wise", Shard(0, 0, table.num_embeddings, 0, table.embedding_dim))
 
 
+def rank_memory(plan: Plan) -> list[MemoryParts]:
+    """Each rank's memory by part: the sum over the shards it holds."""
+    out = []
+    for items in plan.rank_shards():
+        parts = MemoryParts(0, 0, 0)
+        for t, st, sh in items:
+            parts = parts + shard_memory(plan.task, t, st, sh)
+        out.append(parts)
+    return out
+
+
 def rank_memory_gb(plan: Plan) -> list[float]:
-    used = [0] * plan.task.topology.world_size
-    for rank, items in enumerate(plan.rank_shards()):
-        used[rank] = sum(shard_bytes(plan.task, t, st, sh) for t, st, sh in items)
-    return [u / GB for u in used]
+    return [m.total / GB for m in rank_memory(plan)]

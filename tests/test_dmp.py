@@ -1,12 +1,15 @@
 """Plan-to-trainer: a real two-process TorchRec DistributedModelParallel run over gloo."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import shardplan
 from shardplan.domain import Plan, Shard, TableSharding
 from shardplan.errors import InputError
-from shardplan.execute.dmp import GLOO_TYPES, check_runnable, train_with_plan
+from shardplan.execute.dmp import GLOO_TYPES, check_runnable, memory_rows, train_with_plan
+from shardplan.memory import rank_memory
 
 TABLES = [{"name": "user", "num_embeddings": 20_000, "embedding_dim": 16, "pooling_factor": 4.0, "zipf_alpha": 1.05},
           {"name": "item", "num_embeddings": 5_000, "embedding_dim": 8, "pooling_factor": 2.0},
@@ -27,13 +30,26 @@ def test_two_process_dmp_trains_with_a_shardplan_plan(task) -> None:
     assert result.loss_fell, result.losses
 
 
-def test_column_wise_and_data_parallel_run_on_gloo(task) -> None:
+@pytest.mark.parametrize("optimizer", ["rowwise_adagrad", "adagrad"])
+def test_column_wise_and_data_parallel_run_on_gloo_and_allocate_what_the_plan_says(optimizer) -> None:
+    task = shardplan.make_task(TABLES, 2, batch_size_per_rank=128, memory_per_rank_gb=1.0, optimizer=optimizer)
     both_ranks = TableSharding("user", "column_wise", (Shard(0, 0, 20_000, 0, 8), Shard(1, 0, 20_000, 8, 8)))
     plan = Plan(task=task, tables=(
         both_ranks, TableSharding("item", "table_wise", (Shard(1, 0, 5_000, 0, 8),)),
         TableSharding("ctx", "data_parallel", (Shard(0, 0, 300, 0, 32), Shard(1, 0, 300, 0, 32)))))
     shardplan.validate_plan(plan)
-    assert train_with_plan(plan, iterations=3, warmup=1).samples_per_s > 0
+    result = train_with_plan(plan, iterations=3, warmup=1)
+    assert result.samples_per_s > 0
+    # TorchRec's allocation, counted in the trainer, equals the plan's memory model byte for byte
+    predicted = rank_memory(plan)
+    assert [a["weights"] for a in result.allocated] == [m.weights for m in predicted] == [
+        (20_000 * 8 + 300 * 32) * 4, (20_000 * 8 + 5_000 * 8 + 300 * 32) * 4]
+    assert [a["optimizer_state"] for a in result.allocated] == [m.optimizer_state for m in predicted]
+    assert predicted[0].optimizer_state == ((20_000 + 300) * 4 if optimizer == "rowwise_adagrad"
+                                            else predicted[0].weights)
+    rows = memory_rows(plan, result)
+    assert rows[1]["weights_plan"] == rows[1]["weights_torchrec"] and rows[1]["plan_total_with_buffers"] > rows[1][
+        "weights_plan"] + rows[1]["optimizer_plan"]
 
 
 def test_row_wise_on_gloo_is_refused_by_name(task) -> None:
@@ -44,6 +60,10 @@ def test_row_wise_on_gloo_is_refused_by_name(task) -> None:
     with pytest.raises(InputError, match=r"user \(row_wise\).*--sharding-types table_wise,column_wise"):
         check_runnable(plan, "gloo")
     check_runnable(plan, "nccl")  # NCCL runs it
+    adam = Plan(task=dataclasses.replace(task, optimizer="adam"), tables=plan.tables[1:] + (
+        TableSharding("user", "table_wise", (Shard(0, 0, 20_000, 0, 16),)),))
+    with pytest.raises(InputError, match="task.optimizer.*no fused 'adam'"):
+        check_runnable(adam, "gloo")
 
 
 def test_restricting_sharding_types(task) -> None:
@@ -92,3 +112,21 @@ def test_dmp_suite_pools_calls_and_compares_a_peer_only_over_its_own_calls(load_
     second.loc[0, "torchrec_predicted_ms"] = 13.0  # another plan: its runs cannot be pooled with the first's
     with pytest.raises(SystemExit, match="torchrec plans differ"):
         suite.pool([first, second])
+
+
+def test_the_replica_op_backprops_what_an_embedding_bag_does() -> None:
+    """TorchRec's data-parallel tables run FBGEMM's dense op, whose CPU backward goes through PyTorch's
+    (deprecated) autograd fallback; the trainer relies on its gradients being right."""
+    import torch
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import DenseTableBatchedEmbeddingBagsCodegen
+
+    torch.manual_seed(0)
+    op = DenseTableBatchedEmbeddingBagsCodegen([(300, 32)], use_cpu=True)
+    ids, offsets = torch.randint(0, 300, (500,)), torch.arange(0, 501, 5)
+    ref = torch.nn.EmbeddingBag(300, 32, mode="sum")
+    ref.weight.data.copy_(op.weights.detach().view(300, 32))
+    upstream = torch.randn(100, 32)
+    (op(ids, offsets) * upstream).sum().backward()
+    (ref(ids, offsets[:-1]) * upstream).sum().backward()
+    assert torch.allclose(op.weights.grad.view(300, 32), ref.weight.grad, atol=1e-5)
+    assert ref.weight.grad.abs().sum() > 0

@@ -9,12 +9,20 @@ number of ids around its pooling factor, Zipf-skewed rows (DESIGN.md's recipe),
 and labels from a fixed hidden rule on the dense features and the ids, so that
 the loss has something to learn and must fall.
 
+Memory: after training, each process sums what TorchRec actually allocated for
+its shards (the FBGEMM ops' weights and optimizer state, and the replicas'
+optimizer state) into :attr:`TrainResult.allocated`, to be read beside the
+plan's own figures (:func:`~shardplan.memory.rank_memory`).
+
 The model is the DLRM of Naumov et al. (2019) with concatenation as the
 feature interaction (the reference code's ``--arch-interaction-op=cat``), which
 lets tables have different dims as shardplan's tasks do: bottom MLP on the
 dense features, the sharded ``EmbeddingBagCollection`` (fused FBGEMM kernels
 with the task's optimizer in the backward), concatenation, top MLP, BCE loss,
-Adagrad on the dense part.
+Adagrad on the dense layers. Every embedding table trains with the task's
+optimizer: fused into FBGEMM's backward for sharded tables, and for
+data-parallel replicas (which TorchRec leaves to the caller) the same
+algorithm in PyTorch, applied after DDP's gradient all-reduce.
 
 Throughput is the global batch times the timed iterations over the slowest
 rank's wall time for them (warm-up iterations excluded).
@@ -25,6 +33,7 @@ import os
 import socket
 import tempfile
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -38,6 +47,7 @@ from ..errors import InputError
 # embeddings that its CPU sharding does not implement); on GPUs with NCCL they run.
 GLOO_UNSUPPORTED = ("row_wise", "table_row_wise")
 GLOO_TYPES = ("table_wise", "column_wise", "data_parallel")
+CPU_OPTIMIZERS = ("sgd", "rowwise_adagrad", "adagrad")  # what FBGEMM 1.8's CPU op fuses (no Adam)
 DENSE_FEATURES = 13  # as Criteo's
 MODULE_PATH = "sparse"  # where the EmbeddingBagCollection sits in the model (the plan's module path)
 
@@ -55,6 +65,10 @@ class TrainResult:
     samples_per_s: float
     seconds: float
     losses: list[float] = field(default_factory=list)  # mean over ranks, per iteration
+    # per rank, bytes TorchRec allocated for the rank's embedding shards ("weights", "optimizer_state"), and
+    # how far the process's resident memory peaked above where it stood before the model was built
+    # ("peak_rss_growth": everything, dense layers and transient buffers included; -1 where unknown)
+    allocated: list[dict[str, int]] = field(default_factory=list)
 
     @property
     def loss_ends(self) -> tuple[float, float]:
@@ -74,9 +88,13 @@ class TrainResult:
 
 
 def check_runnable(plan: Plan, backend: str) -> None:
-    """Raise :class:`InputError` naming the tables whose sharding the backend cannot run."""
+    """Raise :class:`InputError` naming what of the plan the backend cannot run: on gloo (CPU),
+    row-wise tables and an optimizer FBGEMM's CPU op does not fuse."""
     if backend != "gloo":
         return
+    if plan.task.optimizer not in CPU_OPTIMIZERS:
+        raise InputError("task.optimizer", f"FBGEMM's CPU embedding op has no fused {plan.task.optimizer!r}",
+                         f"train on GPUs (NCCL), or use one of {list(CPU_OPTIMIZERS)} on CPU")
     bad = [f"{t.name} ({t.sharding_type})" for t in plan.tables if t.sharding_type in GLOO_UNSUPPORTED]
     if bad:
         raise InputError("tables", f"TorchRec on CPU (gloo) cannot run row-wise sharding, which "
@@ -104,13 +122,35 @@ def train_with_plan(plan: Plan, iterations: int = 40, warmup: int = 5, seed: int
         out = Path(tmp)
         mp.spawn(_worker, args=(world, _free_port(), backend, plan, iterations, warmup, seed, lr, out),
                  nprocs=world, join=True)
-        results = [np.load(out / f"rank{r}.npz") for r in range(world)]
+        results = [dict(np.load(out / f"rank{r}.npz")) for r in range(world)]
     seconds = max(float(r["seconds"]) for r in results)
     losses = np.mean([r["losses"] for r in results], axis=0)
     global_batch = plan.task.global_batch_size
     return TrainResult(plan=name, world_size=world, backend=backend, iterations=iterations, warmup=warmup,
                        global_batch=global_batch, samples_per_s=global_batch * iterations / seconds,
-                       seconds=seconds, losses=[round(float(x), 5) for x in losses])
+                       seconds=seconds, losses=[round(float(x), 5) for x in losses],
+                       allocated=[{"weights": int(r["weights_bytes"]), "optimizer_state": int(r["state_bytes"]),
+                                   "peak_rss_growth": int(r["rss_growth_bytes"])} for r in results])
+
+
+def memory_rows(plan: Plan, result: TrainResult) -> list[dict]:
+    """Per rank, the plan's memory (``shardplan.memory``) beside what TorchRec allocated in ``result``, in MiB.
+
+    Weights and optimizer state are what the trainer keeps for good and should agree byte for byte;
+    the plan's total adds the per-batch buffers it budgets, which the allocator holds only transiently;
+    the process's peak resident growth is everything training held at once, dense layers included.
+    """
+    from ..memory import rank_memory
+
+    mib = 1024**2
+    cap = plan.task.topology.memory_per_rank_gb * 1024
+    return [{"rank": r, "weights_plan": round(m.weights / mib, 3), "weights_torchrec": round(a["weights"] / mib, 3),
+             "optimizer_plan": round(m.optimizer_state / mib, 3),
+             "optimizer_torchrec": round(a["optimizer_state"] / mib, 3),
+             "plan_total_with_buffers": round(m.total / mib, 3),
+             "peak_rss_growth": round(a["peak_rss_growth"] / mib, 1) if a["peak_rss_growth"] >= 0 else None,
+             "capacity": round(cap, 1)}
+            for r, (m, a) in enumerate(zip(rank_memory(plan), result.allocated))]
 
 
 def torchrec_plan_for(task: Task, backend: str) -> Plan:
@@ -120,6 +160,26 @@ def torchrec_plan_for(task: Task, backend: str) -> Plan:
 
     types = GLOO_TYPES if backend == "gloo" else None
     return get_searcher("torchrec", types).plan(task, estimator(), seed=0)
+
+
+def gloo_plans(task: Task, peers: list[str], estimator) -> tuple[dict[str, Plan], list[str]]:
+    """The default searcher's plan of ``task`` (as ``"shardplan"``) and each peer's, all limited to the
+    sharding types gloo runs; a peer that cannot plan the task, or whose plan gloo cannot run, is
+    left out and named in the errors."""
+    from ..search import DEFAULT_SEARCHER, SEARCHERS, get_searcher
+
+    plans = {"shardplan": get_searcher(DEFAULT_SEARCHER, frozenset(GLOO_TYPES)).plan(task, estimator, seed=0)}
+    errors = []
+    for peer in peers:
+        # The literature's greedies place whole tables only: nothing to restrict, and gloo runs them.
+        types = frozenset(GLOO_TYPES) if SEARCHERS[peer].honours_sharding_types else None
+        try:
+            plan = get_searcher(peer, types).plan(task, estimator, seed=0)
+            check_runnable(plan, "gloo")
+            plans[peer] = plan
+        except InputError as e:  # infeasible, or not runnable on gloo
+            errors.append(f"{peer}: {e}")
+    return plans, errors
 
 
 def compare(plans: dict[str, Plan], iterations: int = 100, warmup: int = 5, rounds: int = 2, seed: int = 0,
@@ -204,6 +264,66 @@ def synthetic_batches(task: Task, rank: int, count: int, seed: int):
     return out
 
 
+def replica_optimizer(optimizer: str, params: list):
+    """The task's embedding optimizer for data-parallel replicas, in PyTorch (None when there are none)."""
+    import torch
+    from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+
+    from ..search.torchrec_adapter import EMBEDDING_LR
+
+    if not params:
+        return None
+    make = {"sgd": torch.optim.SGD, "rowwise_adagrad": RowWiseAdagrad, "adagrad": torch.optim.Adagrad,
+            "adam": torch.optim.Adam}[optimizer]
+    return make(params, lr=EMBEDDING_LR)
+
+
+def _float_bytes(tensors) -> int:
+    """Bytes of the distinct floating-point storages among ``tensors``: FBGEMM keeps one-element
+    placeholders for the placements it does not use, optimizers a scalar step count, and views share
+    their base's storage."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        if t.is_floating_point() and t.numel() > 1:
+            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return sum(seen.values())
+
+
+def allocated_embedding_bytes(sharded_ebc, replica_opt) -> tuple[int, int]:
+    """What TorchRec allocated on this rank for the embedding tables: (weights, optimizer state) bytes.
+
+    Reads the FBGEMM table-batched ops inside TorchRec's sharded module (``_lookups`` ->
+    ``_emb_modules`` -> ``_emb_module``: TorchRec 1.8's layout, private, so a layout change fails
+    here by name rather than miscounting): their ``weights_*`` and ``momentum*_*`` tensors, on
+    whichever placement (host, device, UVM) holds them; and the replicas' optimizer state.
+    """
+    weights, state = [], []
+    for lookup in sharded_ebc._lookups:
+        lookup = getattr(lookup, "module", lookup)  # data-parallel lookups sit inside DDP
+        for emb in lookup._emb_modules:
+            op = emb._emb_module
+            for tname, t in list(op.named_parameters()) + list(op.named_buffers()):
+                if tname.startswith("weights"):
+                    weights.append(t)
+                elif tname.startswith("momentum"):
+                    state.append(t)
+    if replica_opt is not None:
+        state += [t for st in replica_opt.state.values() for t in st.values() if hasattr(t, "numel")]
+    return _float_bytes(weights), _float_bytes(state)
+
+
+def _proc_status_bytes(key: str) -> int:
+    """``VmRSS`` (resident now) or ``VmHWM`` (its peak) of this process from /proc, or -1 off Linux."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return -1
+
+
 def _worker(rank: int, world: int, port: int, backend: str, plan: Plan, iterations: int, warmup: int,
             seed: int, lr: float, out: Path) -> None:
     import torch
@@ -214,6 +334,9 @@ def _worker(rank: int, world: int, port: int, backend: str, plan: Plan, iteratio
 
     from ..search.torchrec_adapter import sharder, to_torchrec_plan
 
+    # FBGEMM's CPU replica op backprops through PyTorch's autograd fallback, which warns that this is
+    # deprecated; its gradients equal nn.EmbeddingBag's (tests/test_dmp.py checks), so say it once here.
+    warnings.filterwarnings("ignore", message="fbgemm::dense_embedding_codegen_lookup_function")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
     cuda = backend == "nccl"
@@ -222,14 +345,19 @@ def _worker(rank: int, world: int, port: int, backend: str, plan: Plan, iteratio
         torch.cuda.set_device(device)
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
+        batches = synthetic_batches(plan.task, rank, warmup + iterations, seed)
+        rss_before = _proc_status_bytes("VmRSS")  # the inputs are the harness's, not the plan's
         torch.manual_seed(seed)  # the dense layers start equal on every rank
         task = plan.task
         model = DistributedModelParallel(
             dlrm(task), env=ShardingEnv.from_process_group(dist.group.WORLD), device=device,
             plan=to_torchrec_plan(plan, module_path=MODULE_PATH), sharders=[sharder(task)])
-        dense_opt = torch.optim.Adagrad([p for _, p in in_backward_optimizer_filter(model.named_parameters())], lr=lr)
+        dense_params, replicas = [], []  # the fused optimizer already owns every sharded table's weights
+        for pname, p in in_backward_optimizer_filter(model.named_parameters()):
+            (replicas if pname.startswith(MODULE_PATH + ".") else dense_params).append(p)
+        dense_opt = torch.optim.Adagrad(dense_params, lr=lr)
+        replica_opt = replica_optimizer(task.optimizer, replicas)
         loss_fn = torch.nn.BCEWithLogitsLoss()
-        batches = synthetic_batches(task, rank, warmup + iterations, seed)
         losses = []
         for i, (dense, kjt, labels) in enumerate(batches):
             if i == warmup:
@@ -240,14 +368,22 @@ def _worker(rank: int, world: int, port: int, backend: str, plan: Plan, iteratio
             dense, kjt, labels = dense.to(device), kjt.to(device), labels.to(device)
             loss = loss_fn(model(dense, kjt), labels)
             dense_opt.zero_grad()
-            loss.backward()  # the embeddings' optimizer runs fused in here
+            if replica_opt is not None:
+                replica_opt.zero_grad()
+            loss.backward()  # the sharded tables' optimizer runs fused in here
             dense_opt.step()
+            if replica_opt is not None:
+                replica_opt.step()
             if i >= warmup:
                 losses.append(float(loss.detach()))
         if cuda:
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
         dist.barrier()
-        np.savez(out / f"rank{rank}.npz", seconds=seconds, losses=np.asarray(losses))
+        weights_bytes, state_bytes = allocated_embedding_bytes(getattr(model.module, MODULE_PATH), replica_opt)
+        peak = _proc_status_bytes("VmHWM")
+        np.savez(out / f"rank{rank}.npz", seconds=seconds, losses=np.asarray(losses),
+                 weights_bytes=weights_bytes, state_bytes=state_bytes,
+                 rss_growth_bytes=peak - rss_before if peak >= 0 <= rss_before else -1)
     finally:
         dist.destroy_process_group()

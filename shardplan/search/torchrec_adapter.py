@@ -20,6 +20,7 @@ from .base import Searcher, register
 
 _FROM_TORCHREC = {"table_column_wise": "column_wise"}
 _TO_TORCHREC = {"column_wise": ("column_wise", "table_column_wise")}
+EMBEDDING_LR = 0.01  # every table's, fused or (data-parallel replicas, execute.dmp) not
 _OPTIM = {"sgd": "EXACT_SGD", "rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD", "adagrad": "EXACT_ADAGRAD",
           "adam": "ADAM"}
 
@@ -45,7 +46,7 @@ def sharder(task: Task):
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 
     return EmbeddingBagCollectionSharder(fused_params={
-        "optimizer": getattr(EmbOptimType, _OPTIM[task.optimizer]), "learning_rate": 0.01})
+        "optimizer": getattr(EmbOptimType, _OPTIM[task.optimizer]), "learning_rate": EMBEDDING_LR})
 
 
 def torchrec_topology(task: Task):
