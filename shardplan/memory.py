@@ -2,10 +2,15 @@
 
 Optimizer state per shard (FBGEMM's fused optimizers): SGD none; row-wise
 Adagrad one fp32 per row; Adagrad one fp32 per weight; Adam two fp32 per
-weight. Buffers: the pooled output of the shard for the batch it serves and
-its gradient (fp32, ``2 * batch * cols * 4`` bytes) and the ids and offsets fed
-to it (int64). TorchRec's planner budgets in the same way (storage = weights +
-optimizer + I/O buffers).
+weight. Buffers: per shard, the pooled output of the shard for the batch it
+serves and its gradient (fp32, ``2 * batch * cols * 4`` bytes) and the ids and
+offsets fed to it (int64); per rank, whatever it holds, the local batch's
+pooled embeddings of every table as the trainer receives them after the
+all-to-all, and their gradient (:func:`received_bytes`). TorchRec's planner
+budgets the shards in the same way (storage = weights + optimizer + I/O
+buffers) and covers the rest with a reserved share of memory; counted here, it
+is what a real DistributedModelParallel run holds beyond the shards' own
+buffers (``bench/dmp_memory.py`` counts both).
 """
 from __future__ import annotations
 
@@ -63,16 +68,28 @@ def shard_bytes(task: Task, table: Table, sharding_type: str, shard: Shard) -> i
     return shard_memory(task, table, sharding_type, shard).total
 
 
+def received_bytes(task: Task) -> int:
+    """Bytes every rank holds, whatever its shards, for the local batch's pooled embeddings of all
+    tables (TorchRec's ``KeyedTensor`` after the output all-to-all) and their gradient: fp32,
+    ``2 * local batch * sum of dims * 4``."""
+    return 2 * task.batch_size_per_rank * sum(t.embedding_dim for t in task.tables) * 4
+
+
+def capacity_bytes(task: Task) -> float:
+    """What a rank has for its shards: its memory less :func:`received_bytes` (searchers place against this)."""
+    return task.topology.memory_per_rank_gb * GB - received_bytes(task)
+
+
 def table_bytes(task: Task, table: Table) -> int:
     """The memory of a whole table placed table-wise on one rank."""
     return shard_bytes(task, table, "table_wise", Shard(0, 0, table.num_embeddings, 0, table.embedding_dim))
 
 
 def rank_memory(plan: Plan) -> list[MemoryParts]:
-    """Each rank's memory by part: the sum over the shards it holds."""
+    """Each rank's memory by part: the sum over the shards it holds, and what every rank receives."""
     out = []
     for items in plan.rank_shards():
-        parts = MemoryParts(0, 0, 0)
+        parts = MemoryParts(0, 0, received_bytes(plan.task))
         for t, st, sh in items:
             parts = parts + shard_memory(plan.task, t, st, sh)
         out.append(parts)

@@ -10,7 +10,8 @@ from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile
 from shardplan.domain import Table
 from shardplan.errors import InfeasibleError
-from shardplan.formats import load_plan, load_task
+from shardplan.formats import load_plan, load_task, task_to_dict
+from shardplan.memory import GB, received_bytes, table_bytes
 from shardplan.search import get_searcher
 from shardplan.validate import plan_problems
 
@@ -115,6 +116,23 @@ def test_heuristics_split_oversized_tables(name, task_dict, estimator):
     task_dict["topology"]["memory_per_rank_gb"] = 0.005
     plan = get_searcher(name).plan(load_task(task_dict), estimator)
     assert plan.sharding("c").sharding_type == "row_wise" and plan_problems(plan) == []
+
+
+@pytest.mark.parametrize("name", ["greedy-size", "round-robin", "neuroshard-tw", "neuroshard"])
+def test_searchers_leave_room_for_the_received_embeddings(name, estimator):
+    """``big`` fits a rank whole only if the rank's received embeddings are forgotten: every searcher
+    must cut it (and its plan pass the validator, which counts them)."""
+    tables = [{"name": "big", "num_embeddings": 100_000, "embedding_dim": 32, "pooling_factor": 2.0},
+              {"name": "small", "num_embeddings": 1_000, "embedding_dim": 64, "pooling_factor": 4.0}]
+    task = load_task({"format": "shardplan/task@1", "tables": tables, "batch_size_per_rank": 1024,
+                      "topology": {"world_size": 2, "memory_per_rank_gb": 1.0}})
+    whole = table_bytes(task, task.table("big"))
+    task_dict = task_to_dict(task)
+    task_dict["topology"]["memory_per_rank_gb"] = (whole + received_bytes(task) / 2) / GB
+    task = load_task(task_dict)
+    plan = get_searcher(name).plan(task, estimator)
+    assert plan_problems(plan) == []
+    assert plan.sharding("big").sharding_type != "table_wise"
 
 
 def test_lpt_balances_lookup_cost(estimator):

@@ -2,7 +2,7 @@ import pytest
 
 from shardplan.errors import InputError
 from shardplan.formats import load_plan
-from shardplan.memory import rank_memory_gb
+from shardplan.memory import GB, rank_memory, rank_memory_gb, received_bytes, shard_bytes
 from shardplan.validate import plan_problems, validate_plan
 
 
@@ -75,3 +75,18 @@ def test_data_parallel_needs_full_copy_per_rank(plan_dict):
     assert plan_problems(load_plan(plan_dict)) == []
     plan_dict["tables"][1]["shards"].pop()
     assert any("data_parallel" in p for p in plan_problems(load_plan(plan_dict)))
+
+
+def test_every_rank_holds_the_received_embeddings(plan_dict):
+    """Whatever its shards, a rank holds its local batch's pooled embeddings of all tables, and their
+    gradient, after the all-to-all; the plan's memory counts them and the validator checks them."""
+    plan = load_plan(plan_dict)
+    task = plan.task
+    recv = received_bytes(task)
+    assert recv == 2 * task.batch_size_per_rank * sum(t.embedding_dim for t in task.tables) * 4
+    for parts, items in zip(rank_memory(plan), plan.rank_shards()):
+        assert parts.total == recv + sum(shard_bytes(task, t, st, sh) for t, st, sh in items)
+    shards_only = max(m.total for m in rank_memory(plan)) - recv
+    plan_dict["task"]["topology"]["memory_per_rank_gb"] = (shards_only + recv / 2) / GB  # the shards fit, not all
+    with pytest.raises(InputError, match="over memory_per_rank_gb"):
+        validate_plan(load_plan(plan_dict))

@@ -29,7 +29,7 @@ from typing import Callable
 from ..cost.estimator import PlanEstimator
 from ..domain import Plan, Shard, Table, TableSharding, Task
 from ..errors import InfeasibleError
-from ..memory import GB, rank_memory_gb, shard_bytes
+from ..memory import GB, capacity_bytes, rank_memory_gb, shard_bytes
 from .base import Searcher, register
 from .placement import row_wise_shards
 from .placer import GRID, Placer, Unit, column_blocks, max_blocks
@@ -86,7 +86,7 @@ def _initial_state(task: Task, allowed: frozenset[str] | None = None) -> State:
     Largest first, each judged against what the row-wise tables before it
     leave free on every rank (their slices take memory on all ranks).
     """
-    cap = task.topology.memory_per_rank_gb * GB
+    cap = capacity_bytes(task)
     ranks = list(range(task.topology.world_size))
     taken = 0.0  # per-rank bytes of the row-wise slices so far (the largest slice, to be safe)
     kinds: dict[str, tuple[str, int]] = {}

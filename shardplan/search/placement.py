@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from ..domain import Shard, Table, TableSharding, Task
 from ..errors import InfeasibleError
-from ..memory import GB, shard_bytes, table_bytes
+from ..memory import GB, capacity_bytes, shard_bytes, table_bytes
 
 
 def row_wise_shards(table: Table, ranks: list[int]) -> tuple[Shard, ...]:
@@ -58,7 +58,7 @@ class MemoryLedger:
 
     def __init__(self, task: Task) -> None:
         self.task = task
-        self.cap = task.topology.memory_per_rank_gb * GB
+        self.cap = capacity_bytes(task)
         self.used = [0.0] * task.topology.world_size
 
     def fits(self, rank: int, nbytes: float) -> bool:

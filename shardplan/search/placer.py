@@ -14,7 +14,7 @@ import numpy as np
 from ..cost.estimator import PlanEstimator
 from ..cost.specs import ShardSpec, shard_spec
 from ..domain import Plan, Shard, Table, TableSharding, Task
-from ..memory import GB, shard_batch, shard_bytes
+from ..memory import capacity_bytes, shard_batch, shard_bytes
 
 GRID = (1.0, 1.1, 1.25, 1.5, 2.0, float("inf"))
 
@@ -55,7 +55,7 @@ class Placer:
         self.est = estimator
         self.model = estimator.compute
         self.world = task.topology.world_size
-        self.cap = task.topology.memory_per_rank_gb * GB
+        self.cap = capacity_bytes(task)
         self._enc: dict[ShardSpec, tuple[np.ndarray, np.ndarray]] = {}
         self._units: dict[Unit, tuple[np.ndarray, np.ndarray, float]] = {}  # every placement asks again
         # Units are fed the global batch. A model that prices each batch size's shards as an op of their

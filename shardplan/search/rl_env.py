@@ -20,7 +20,7 @@ import numpy as np
 
 from ..cost.estimator import PlanEstimator
 from ..domain import Plan, TableSharding, Task
-from ..memory import GB
+from ..memory import capacity_bytes
 from .neuroshard import _initial_state, _materialise, hot_split_state
 from .placer import Placer, Unit
 
@@ -48,7 +48,7 @@ class PlacementEnv:
         self.units: list[Unit] = [units[i] for i in order]
         self.codes, self.times, self.solo, self.need = codes[order], times[order], solo[order], need[order]
         self.world = task.topology.world_size
-        self.cap = task.topology.memory_per_rank_gb * GB
+        self.cap = capacity_bytes(task)
         self.scale = max(float(self.solo.sum()) / self.world, 1e-6)  # the ideal per-rank compute
         self.dim_scale = max(sum(u.num_cols for u in self.units) / self.world, 1.0)
         self._start = self.placer.fixed_sums(self.fixed)  # row-wise slices sit on every rank from the start
