@@ -48,14 +48,14 @@ def summary_lines(df: pd.DataFrame) -> list[str]:
     keep_plan = ok.weights_plan + ok.optimizer_plan
     keep_torchrec = ok.weights_torchrec + ok.optimizer_torchrec
     agree = (keep_plan - keep_torchrec).abs() <= 0.001  # MiB, as rounded in memory_rows
-    beyond = ok.peak_rss_growth - ok.plan_total_with_buffers
-    over = ok.peak_rss_growth > ok.capacity
+    beyond = ok.peak_growth - ok.plan_total_with_buffers
+    over = ok.peak_growth > ok.capacity
     lines = [f"**{len(ok)} ranks of {ok.groupby(['task', 'plan']).ngroups} plans ({ok.task.nunique()} tasks) "
              f"trained. Weights + optimizer state: the plan's figure equals TorchRec's allocation on "
              f"{int(agree.sum())} of {len(ok)} ranks** (largest difference "
              f"{(keep_plan - keep_torchrec).abs().max():.3f} MiB).", "",
-             f"Peak resident growth of a training process beyond the plan's total (weights, optimizer state "
-             f"and the buffers it budgets): median {beyond.median():.1f} MiB, 90th percentile "
+             f"Peak resident growth of a training process beyond the plan's total (weights, optimizer "
+             f"state and the buffers it budgets): median {beyond.median():.1f} MiB, 90th percentile "
              f"{beyond.quantile(0.9):.1f}, largest {beyond.max():.1f} (the plan's total is "
              f"{(ok.plan_total_with_buffers / ok.capacity).median():.0%} of capacity at the median rank, "
              f"{(ok.plan_total_with_buffers / ok.capacity).max():.0%} at most). Ranks whose peak growth exceeded "
@@ -104,7 +104,7 @@ def main() -> None:
              "gloo's sharding types.", "", *summary_lines(df)]
     per_plan = df.dropna(subset=["rank"]).groupby(["task", "plan"], sort=False).agg(
         ranks=("rank", "size"), plan_max_mib=("plan_total_with_buffers", "max"),
-        peak_growth_max_mib=("peak_rss_growth", "max"), capacity_mib=("capacity", "first"))
+        peak_growth_max_mib=("peak_growth", "max"), capacity_mib=("capacity", "first"))
     lines += [per_plan.reset_index().to_markdown(index=False, floatfmt=".1f"), ""]
     if "error" in df and df.error.notna().any():
         lines += ["Not planned: " + "; ".join(f"{r.task} {r.plan} ({r.error})"

@@ -318,8 +318,8 @@ def _cmd_train_dmp(args: argparse.Namespace) -> int:
     print(tabulate([{k: v for k, v in r.items() if k != "runs_samples_per_s"} for r in rows], headers="keys"))
     memory = {name: memory_rows(plans[name], runs[-1]) for name, runs in results.items()}
     print("\nmemory per rank, MiB: the plan's own figures beside what TorchRec allocated for the shards "
-          "(weights, optimizer state); the plan's total adds its per-batch buffers, the process's peak "
-          "resident growth is everything training held at once")
+          "(weights, optimizer state); the plan's total adds its per-batch buffers, the peak growth "
+          "is everything training held at once")
     for name, mem in memory.items():
         print(f"{name}:")
         print(tabulate(mem, headers="keys"))

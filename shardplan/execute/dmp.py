@@ -66,8 +66,9 @@ class TrainResult:
     seconds: float
     losses: list[float] = field(default_factory=list)  # mean over ranks, per iteration
     # per rank, bytes TorchRec allocated for the rank's embedding shards ("weights", "optimizer_state"), and
-    # how far the process's resident memory peaked above where it stood before the model was built
-    # ("peak_rss_growth": everything, dense layers and transient buffers included; -1 where unknown)
+    # how far the rank's memory peaked above where it stood before the model was built ("peak_growth":
+    # everything, dense layers and transient buffers included; the process's resident set on CPU, the
+    # CUDA allocator's on GPU; -1 where unknown)
     allocated: list[dict[str, int]] = field(default_factory=list)
 
     @property
@@ -130,7 +131,7 @@ def train_with_plan(plan: Plan, iterations: int = 40, warmup: int = 5, seed: int
                        global_batch=global_batch, samples_per_s=global_batch * iterations / seconds,
                        seconds=seconds, losses=[round(float(x), 5) for x in losses],
                        allocated=[{"weights": int(r["weights_bytes"]), "optimizer_state": int(r["state_bytes"]),
-                                   "peak_rss_growth": int(r["rss_growth_bytes"])} for r in results])
+                                   "peak_growth": int(r["peak_growth_bytes"])} for r in results])
 
 
 def memory_rows(plan: Plan, result: TrainResult) -> list[dict]:
@@ -138,7 +139,7 @@ def memory_rows(plan: Plan, result: TrainResult) -> list[dict]:
 
     Weights and optimizer state are what the trainer keeps for good and should agree byte for byte;
     the plan's total adds the per-batch buffers it budgets, which the allocator holds only transiently;
-    the process's peak resident growth is everything training held at once, dense layers included.
+    the peak growth is everything training held at once, dense layers included.
     """
     from ..memory import rank_memory
 
@@ -148,7 +149,7 @@ def memory_rows(plan: Plan, result: TrainResult) -> list[dict]:
              "optimizer_plan": round(m.optimizer_state / mib, 3),
              "optimizer_torchrec": round(a["optimizer_state"] / mib, 3),
              "plan_total_with_buffers": round(m.total / mib, 3),
-             "peak_rss_growth": round(a["peak_rss_growth"] / mib, 1) if a["peak_rss_growth"] >= 0 else None,
+             "peak_growth": round(a["peak_growth"] / mib, 1) if a["peak_growth"] >= 0 else None,
              "capacity": round(cap, 1)}
             for r, (m, a) in enumerate(zip(rank_memory(plan), result.allocated))]
 
@@ -312,6 +313,27 @@ def allocated_embedding_bytes(sharded_ebc, replica_opt) -> tuple[int, int]:
     return _float_bytes(weights), _float_bytes(state)
 
 
+def _memory_now(device) -> int:
+    """Bytes this rank's device holds now: the process's resident set on CPU, the CUDA allocator's on
+    GPU (whose peak statistics start here)."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return torch.cuda.memory_allocated(device)
+    return _proc_status_bytes("VmRSS")
+
+
+def _memory_peak(device) -> int:
+    """The peak of what :func:`_memory_now` reads (CPU: since the process started, which the
+    resident set before the model was built never exceeded)."""
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device)
+    return _proc_status_bytes("VmHWM")
+
+
 def _proc_status_bytes(key: str) -> int:
     """``VmRSS`` (resident now) or ``VmHWM`` (its peak) of this process from /proc, or -1 off Linux."""
     try:
@@ -346,7 +368,7 @@ def _worker(rank: int, world: int, port: int, backend: str, plan: Plan, iteratio
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
         batches = synthetic_batches(plan.task, rank, warmup + iterations, seed)
-        rss_before = _proc_status_bytes("VmRSS")  # the inputs are the harness's, not the plan's
+        before = _memory_now(device)  # the inputs are the harness's, not the plan's
         torch.manual_seed(seed)  # the dense layers start equal on every rank
         task = plan.task
         model = DistributedModelParallel(
@@ -381,9 +403,9 @@ def _worker(rank: int, world: int, port: int, backend: str, plan: Plan, iteratio
         seconds = time.perf_counter() - t0
         dist.barrier()
         weights_bytes, state_bytes = allocated_embedding_bytes(getattr(model.module, MODULE_PATH), replica_opt)
-        peak = _proc_status_bytes("VmHWM")
+        peak = _memory_peak(device)
         np.savez(out / f"rank{rank}.npz", seconds=seconds, losses=np.asarray(losses),
                  weights_bytes=weights_bytes, state_bytes=state_bytes,
-                 rss_growth_bytes=peak - rss_before if peak >= 0 <= rss_before else -1)
+                 peak_growth_bytes=peak - before if peak >= 0 <= before else -1)
     finally:
         dist.destroy_process_group()
