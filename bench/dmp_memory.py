@@ -19,13 +19,12 @@ import argparse
 from pathlib import Path
 
 import pandas as pd
-from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1
-from shardplan.execute.bench import resumed_rows
+from shardplan.execute.bench import resumable_rows, write_results
 from shardplan.execute.dmp import gloo_plans, memory_rows, train_with_plan
-from shardplan.formats import load_task, write_text_atomic
+from shardplan.formats import load_task
 from shardplan.search import DEFAULT_SEARCHER, get_searcher
 from provenance import provenance  # a sibling: bench/ is on sys.path when a script there runs
 
@@ -85,15 +84,12 @@ def main() -> None:
     tasks = list(map(load_task, sorted(args.suite.glob("*.json"))))[: args.limit]
     args.out.mkdir(parents=True, exist_ok=True)
     partial = args.out / f"{name}.partial.csv"
-    rows = resumed_rows(partial, {k: str(v) for k, v in vars(args).items() if k not in ("name", "out")})
-    done = {r["task"] for r in rows}
-    for task in tqdm([t for t in tasks if t.name not in done], desc=f"dmp memory {args.suite.name}"):
-        rows.extend(_task_rows(task, estimator, peers, args.iterations))
-        write_text_atomic(partial, pd.DataFrame(rows).to_csv(index=False))
+    rows = resumable_rows(tasks, partial, {k: str(v) for k, v in vars(args).items() if k not in ("name", "out")},
+                          lambda task: _task_rows(task, estimator, peers, args.iterations),
+                          f"dmp memory {args.suite.name}")
     df = pd.DataFrame(rows)
     if "rank" not in df:
         df["rank"] = pd.NA
-    df.to_csv(args.out / f"{name}.csv", index=False)
     lines = [f"# Plan memory against TorchRec's allocation: `{DEFAULT_SEARCHER}` and {', '.join(peers)} on "
              f"`{args.suite}`", "",
              *provenance(load_before, f"; {args.iterations} training iterations after one warm-up per plan, gloo."),
@@ -110,9 +106,7 @@ def main() -> None:
         lines += ["Not planned: " + "; ".join(f"{r.task} {r.plan} ({r.error})"
                                               for r in df[df.error.notna()].itertuples()), ""]
     text = "\n".join(lines)
-    write_text_atomic(args.out / f"{name}.md", text)
-    partial.unlink(missing_ok=True)
-    partial.with_suffix(".json").unlink(missing_ok=True)
+    write_results(df, text, args.out, name, partial)
     print(text)
 
 

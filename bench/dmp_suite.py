@@ -24,13 +24,12 @@ import statistics
 from pathlib import Path
 
 import pandas as pd
-from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1
-from shardplan.execute.bench import resumed_rows
+from shardplan.execute.bench import resumable_rows, write_results
 from shardplan.execute.dmp import compare, gloo_plans
-from shardplan.formats import load_task, write_text_atomic
+from shardplan.formats import load_task
 from shardplan.search import DEFAULT_SEARCHER, get_searcher
 from provenance import provenance  # a sibling: bench/ is on sys.path when a script there runs
 
@@ -147,17 +146,13 @@ def main() -> None:
         tasks = [t for t in map(load_task, sorted(args.suite.glob("*.json"))) if t.topology.world_size <= args.max_ranks]
         tasks = tasks[: args.limit]
         args.out.mkdir(parents=True, exist_ok=True)
-        rows = resumed_rows(partial, {k: str(v) for k, v in vars(args).items() if k not in ("name", "out")})
-        done = {r["task"] for r in rows}
-        for task in tqdm([t for t in tasks if t.name not in done], desc=f"dmp {args.suite.name}"):
-            rows.append(_run_task(task, estimator, peers, args.iterations, args.warmup, args.rounds))
-            write_text_atomic(partial, pd.DataFrame(rows).to_csv(index=False))
+        rows = resumable_rows(
+            tasks, partial, {k: str(v) for k, v in vars(args).items() if k not in ("name", "out")},
+            lambda task: [_run_task(task, estimator, peers, args.iterations, args.warmup, args.rounds)],
+            f"dmp {args.suite.name}")
         df = pd.DataFrame(rows)
-    df.to_csv(args.out / f"{name}.csv", index=False)
     text = _markdown(df, args, peers, load_before, pooled)
-    write_text_atomic(args.out / f"{name}.md", text)
-    partial.unlink(missing_ok=True)
-    partial.with_suffix(".json").unlink(missing_ok=True)
+    write_results(df, text, args.out, name, partial)
     print(text)
 
 

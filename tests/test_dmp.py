@@ -97,6 +97,27 @@ def test_dmp_suite_script_trains_every_plan_and_writes_its_table(task, tmp_path,
     assert len(row) == 2 and not list((tmp_path / "out").glob("*.partial*"))  # one task; no leftovers
 
 
+def test_dmp_memory_script_sets_the_allocation_beside_every_plan(task, tmp_path, monkeypatch, load_script) -> None:
+    import json
+    import sys
+
+    import pandas as pd
+
+    from shardplan.formats import task_to_dict
+
+    script = load_script("bench/dmp_memory.py")
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "t.json").write_text(json.dumps(task_to_dict(task)))
+    monkeypatch.setattr(sys, "argv", ["dmp_memory.py", "--suite", str(tmp_path / "suite"), "--iterations", "2",
+                                      "--out", str(tmp_path / "out"), "--name", "t"])
+    script.main()
+    text = (tmp_path / "out" / "dmp-memory-t.md").read_text()
+    assert "4 ranks of 2 plans (1 tasks) trained" in text and "allocation on 4 of 4 ranks" in text
+    df = pd.read_csv(tmp_path / "out" / "dmp-memory-t.csv")
+    assert set(df.plan) == {"shardplan", "torchrec"} and (df.peak_growth > df.weights_torchrec).all()
+    assert not list((tmp_path / "out").glob("*.partial*"))
+
+
 def test_dmp_suite_pools_calls_and_compares_a_peer_only_over_its_own_calls(load_script) -> None:
     import pandas as pd
 

@@ -148,6 +148,25 @@ def resumed_rows(partial: Path, settings: dict) -> list[dict]:
     return []
 
 
+def resumable_rows(tasks: list[Task], partial: Path, settings: dict, run, desc: str) -> list[dict]:
+    """Every task's rows: those an interrupted run with the same ``settings`` finished (:func:`resumed_rows`),
+    then ``run(task)`` (a list of rows) for the rest, the partial file rewritten after each task."""
+    rows = resumed_rows(partial, settings)
+    done = {r["task"] for r in rows}
+    for task in tqdm([t for t in tasks if t.name not in done], desc=desc):
+        rows.extend(run(task))
+        write_text_atomic(partial, pd.DataFrame(rows).to_csv(index=False))
+    return rows
+
+
+def write_results(df: pd.DataFrame, text: str, out: Path, name: str, partial: Path) -> None:
+    """``<name>.csv`` and ``<name>.md`` under ``out``, then the interrupted-run files gone."""
+    write_text_atomic(out / f"{name}.csv", df.to_csv(index=False))
+    write_text_atomic(out / f"{name}.md", text)
+    partial.unlink(missing_ok=True)
+    partial.with_suffix(".json").unlink(missing_ok=True)
+
+
 def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, load_before: float,
                    load_after: float, command: str = "", visits: int = 1) -> str:
     summary = geomean_vs(df)
