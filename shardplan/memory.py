@@ -8,15 +8,17 @@ offsets fed to it (int64); per rank, whatever it holds, the local batch's
 pooled embeddings of every table as the trainer receives them after the
 all-to-all, and their gradient (:func:`received_bytes`). TorchRec's planner
 budgets the shards in the same way (storage = weights + optimizer + I/O
-buffers) and covers the rest with a reserved share of memory; counted here, it
-is what a real DistributedModelParallel run holds beyond the shards' own
-buffers (``bench/dmp_memory.py`` counts both).
+buffers) and keeps a share of memory back for the rest; the received
+embeddings are the part of that rest which every embedding-sharded trainer
+holds (``bench/dmp_memory.py`` compares all of it with real
+DistributedModelParallel runs).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from .domain import DTYPE_BYTES, Plan, Shard, Table, Task
+from .errors import InfeasibleError
 
 GB = 1024**3
 
@@ -77,7 +79,15 @@ def received_bytes(task: Task) -> int:
 
 def capacity_bytes(task: Task) -> float:
     """What a rank has for its shards: its memory less :func:`received_bytes` (searchers place against this)."""
-    return task.topology.memory_per_rank_gb * GB - received_bytes(task)
+    cap = task.topology.memory_per_rank_gb * GB
+    received = received_bytes(task)
+    if received >= cap:
+        raise InfeasibleError(
+            "topology.memory_per_rank_gb", f"every rank needs {received / GB:.4g} GB for the pooled embeddings it "
+            f"receives (batch_size_per_rank {task.batch_size_per_rank} x the tables' summed dims, and their "
+            f"gradient), and has {task.topology.memory_per_rank_gb:g} GB",
+            "raise memory_per_rank_gb or lower batch_size_per_rank")
+    return cap - received
 
 
 def table_bytes(task: Task, table: Table) -> int:

@@ -135,6 +135,14 @@ def test_searchers_leave_room_for_the_received_embeddings(name, estimator):
     assert plan.sharding("big").sharding_type != "table_wise"
 
 
+def test_a_batch_whose_received_embeddings_fill_a_rank_is_named(task_dict, estimator):
+    task_dict["batch_size_per_rank"] = 200_000
+    task_dict["topology"]["memory_per_rank_gb"] = 0.01
+    for name in ("neuroshard", "greedy-size"):
+        with pytest.raises(InfeasibleError, match=r"topology.memory_per_rank_gb: every rank needs .* pooled embeddings"):
+            get_searcher(name).plan(load_task(task_dict), estimator)
+
+
 def test_lpt_balances_lookup_cost(estimator):
     task = load_task({"format": "shardplan/task@1", "topology": {"world_size": 2}, "tables": [
         {"name": n, "num_embeddings": 100, "embedding_dim": d, "pooling_factor": 1.0}
