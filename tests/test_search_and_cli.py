@@ -71,7 +71,8 @@ def test_cli_plan_evaluate_measure(tmp_path, task_dict, model_path, capsys):
 @pytest.mark.parametrize("edit, needle", [
     (lambda d: d["tables"][0].__setitem__("embedding_dim", "16"), "tables[0].embedding_dim"),
     (lambda d: d["tables"][0].__setitem__("num_embeddings", -1), "tables[0].num_embeddings"),
-    (lambda d: d["topology"].__setitem__("memory_per_rank_gb", 1e-6), "tables."),
+    (lambda d: d["topology"].__setitem__("memory_per_rank_gb", 1e-4), "tables."),  # a table too large
+    (lambda d: d["topology"].__setitem__("memory_per_rank_gb", 1e-6), "topology.memory_per_rank_gb"),  # any
 ])
 def test_cli_bad_task_exits_2_and_writes_nothing(tmp_path, task_dict, model_path, capsys, edit, needle):
     edit(task_dict)
