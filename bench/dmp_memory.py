@@ -31,7 +31,7 @@ from provenance import provenance  # a sibling: bench/ is on sys.path when a scr
 
 def _task_rows(task, estimator, peers: list[str], iterations: int) -> list[dict]:
     plans, errors = gloo_plans(task, peers, estimator)
-    rows = [{"task": task.name, "plan": peer.split(":")[0], "error": peer.split(": ", 1)[1]} for peer in errors]
+    rows = [{"task": task.name, "plan": peer, "error": why} for peer, why in errors.items()]
     for name, plan in plans.items():
         result = train_with_plan(plan, iterations=iterations, warmup=1, name=name)
         for r in memory_rows(plan, result):
@@ -46,11 +46,11 @@ def summary_lines(df: pd.DataFrame) -> list[str]:
         return ["No plan was trained."]
     keep_plan = ok.weights_plan + ok.optimizer_plan
     keep_torchrec = ok.weights_torchrec + ok.optimizer_torchrec
-    agree = (keep_plan - keep_torchrec).abs() <= 0.001  # MiB, as rounded in memory_rows
+    agree = ok.kept_equal.astype(bool)  # exact bytes (the MiB columns are rounded)
     beyond = ok.peak_growth - ok.plan_total_with_buffers
     over = ok.peak_growth > ok.capacity
     lines = [f"**{len(ok)} ranks of {ok.groupby(['task', 'plan']).ngroups} plans ({ok.task.nunique()} tasks) "
-             f"trained. Weights + optimizer state: the plan's figure equals TorchRec's allocation on "
+             f"trained. Weights + optimizer state: the plan's figure equals TorchRec's allocation, to the byte, on "
              f"{int(agree.sum())} of {len(ok)} ranks** (largest difference "
              f"{(keep_plan - keep_torchrec).abs().max():.3f} MiB).", "",
              f"Peak resident growth of a training process beyond the plan's total (weights, optimizer "

@@ -38,7 +38,7 @@ def _run_task(task, estimator, peers: list[str], iterations: int, warmup: int, r
     row: dict = {"task": task.name, "ranks": task.topology.world_size, "tables": len(task.tables)}
     plans, errors = gloo_plans(task, peers, estimator)
     if errors:
-        row["error"] = "; ".join(errors)
+        row["error"] = "; ".join(f"{peer}: {why}" for peer, why in errors.items())
     if len(plans) == 1:
         return row
     results = compare(plans, iterations, warmup, rounds, seed=0, backend="gloo")

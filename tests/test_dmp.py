@@ -48,6 +48,7 @@ def test_column_wise_and_data_parallel_run_on_gloo_and_allocate_what_the_plan_sa
     assert predicted[0].optimizer_state == ((20_000 + 300) * 4 if optimizer == "rowwise_adagrad"
                                             else predicted[0].weights)
     rows = memory_rows(plan, result)
+    assert all(r["kept_equal"] for r in rows)
     assert rows[1]["weights_plan"] == rows[1]["weights_torchrec"] and rows[1]["plan_total_with_buffers"] > rows[1][
         "weights_plan"] + rows[1]["optimizer_plan"]
 
@@ -112,7 +113,7 @@ def test_dmp_memory_script_sets_the_allocation_beside_every_plan(task, tmp_path,
                                       "--out", str(tmp_path / "out"), "--name", "t"])
     script.main()
     text = (tmp_path / "out" / "dmp-memory-t.md").read_text()
-    assert "4 ranks of 2 plans (1 tasks) trained" in text and "allocation on 4 of 4 ranks" in text
+    assert "4 ranks of 2 plans (1 tasks) trained" in text and "allocation, to the byte, on 4 of 4 ranks" in text
     df = pd.read_csv(tmp_path / "out" / "dmp-memory-t.csv")
     assert set(df.plan) == {"shardplan", "torchrec"} and (df.peak_growth > df.weights_torchrec).all()
     assert not list((tmp_path / "out").glob("*.partial*"))

@@ -148,6 +148,7 @@ def memory_rows(plan: Plan, result: TrainResult) -> list[dict]:
     return [{"rank": r, "weights_plan": round(m.weights / mib, 3), "weights_torchrec": round(a["weights"] / mib, 3),
              "optimizer_plan": round(m.optimizer_state / mib, 3),
              "optimizer_torchrec": round(a["optimizer_state"] / mib, 3),
+             "kept_equal": m.weights == a["weights"] and m.optimizer_state == a["optimizer_state"],  # in bytes
              "plan_total_with_buffers": round(m.total / mib, 3),
              "peak_growth": round(a["peak_growth"] / mib, 1) if a["peak_growth"] >= 0 else None,
              "capacity": round(cap, 1)}
@@ -163,14 +164,14 @@ def torchrec_plan_for(task: Task, backend: str) -> Plan:
     return get_searcher("torchrec", types).plan(task, estimator(), seed=0)
 
 
-def gloo_plans(task: Task, peers: list[str], estimator) -> tuple[dict[str, Plan], list[str]]:
+def gloo_plans(task: Task, peers: list[str], estimator) -> tuple[dict[str, Plan], dict[str, str]]:
     """The default searcher's plan of ``task`` (as ``"shardplan"``) and each peer's, all limited to the
     sharding types gloo runs; a peer that cannot plan the task, or whose plan gloo cannot run, is
-    left out and named in the errors."""
+    left out, with why, in the second dict."""
     from ..search import DEFAULT_SEARCHER, SEARCHERS, get_searcher
 
     plans = {"shardplan": get_searcher(DEFAULT_SEARCHER, frozenset(GLOO_TYPES)).plan(task, estimator, seed=0)}
-    errors = []
+    errors: dict[str, str] = {}
     for peer in peers:
         # The literature's greedies place whole tables only: nothing to restrict, and gloo runs them.
         types = frozenset(GLOO_TYPES) if SEARCHERS[peer].honours_sharding_types else None
@@ -179,7 +180,7 @@ def gloo_plans(task: Task, peers: list[str], estimator) -> tuple[dict[str, Plan]
             check_runnable(plan, "gloo")
             plans[peer] = plan
         except InputError as e:  # infeasible, or not runnable on gloo
-            errors.append(f"{peer}: {e}")
+            errors[peer] = str(e)
     return plans, errors
 
 
