@@ -100,13 +100,39 @@ def test_split_step_cuts_only_hot_tables(estimator, task_dict) -> None:
     assert len(env.units) > len(PlacementEnv(task, estimator).units)
 
 
-def test_env_keeps_only_rank_choices_after_which_the_rest_still_packs(estimator, task_dict) -> None:
-    """When memory is tight, a rank with room now is masked if the later units would then fit nowhere."""
-    env = PlacementEnv(load_task(task_dict), estimator)
+def test_env_offers_a_rank_only_where_the_later_units_still_pack(estimator) -> None:
+    """A rank with room now is masked if the later units would then fit nowhere; one that breaks the
+    packing in hand but allows another is offered, and that packing is the one kept."""
+    from shardplan.planning import make_task
+
+    tables = [{"name": f"t{k}", "num_embeddings": 1000, "embedding_dim": 8, "pooling_factor": 1.0} for k in range(4)]
+    env = PlacementEnv(make_task(tables, 2), estimator)
+    assert len(env.units) == 4
     env.cap, env.need = 1.0, np.array([0.5, 0.5, 0.6, 0.4])
-    env.mem = np.array([0.5, 0.0])  # unit 0 went to rank 0
-    assert env._tight(1)
-    assert env._rest_packs(1, 0)  # [1.0, 0.0], then 0.6 and 0.4 share rank 1
-    assert not env._rest_packs(1, 1)  # [0.5, 0.5]: 0.6 fits nowhere
-    env.need = np.array([0.5, 0.1, 0.1, 0.1])
-    assert not env._tight(1)  # plenty left: no look-ahead
+    env.mem, env.packing = np.array([0.5, 0.0]), np.array([0, 0, 1, 1])  # unit 0 is on rank 0
+    assert env._safe_ranks(1).tolist() == [True, False]  # on rank 1, 0.6 would fit nowhere
+    env.need, env.packing = np.array([0.5, 0.4, 0.5, 0.2]), np.array([0, 1, 1, 0])
+    assert env._safe_ranks(1).tolist() == [True, True]  # rank 0 breaks the packing; 0.5 + 0.2 go to rank 1
+    env.step_index, env._after = 1, env.rank_ms.copy()
+    env.step(0)
+    assert env.packing.tolist() == [0, 0, 1, 1]
+
+
+def test_an_episode_never_strands_a_large_unit_that_comes_late(estimator) -> None:
+    """Eight ranks, two cheap tables that each nearly fill a rank, hot small ones placed first: a
+    policy that spreads the hot ones over every rank would leave the large ones nowhere (the old
+    look-ahead only ran once the units left needed over half the free memory)."""
+    from shardplan.planning import make_task
+
+    hot = [{"name": f"hot{k}", "num_embeddings": 20_000, "embedding_dim": 64, "pooling_factor": 40.0}
+           for k in range(8)]
+    big = [{"name": f"big{k}", "num_embeddings": 2_000_000, "embedding_dim": 16, "pooling_factor": 1.0}
+           for k in range(2)]
+    env = PlacementEnv(make_task(hot + big, 8, batch_size_per_rank=256), estimator)
+    assert {u.table.name for u in env.units[-2:]} == {"big0", "big1"}  # last in cost order
+    env.cap = 1.02 * float(env.need.max())
+    env.reset()
+    while not env.done:  # spread: always the emptiest rank offered
+        _, mask = env.observe()
+        env.step(int(np.flatnonzero(mask)[np.argmin(env.mem[mask])]))
+    assert not env.overflowed and (env.mem <= env.cap).all()

@@ -11,10 +11,17 @@ and if it takes the unit (the fused-kernel prediction, via the model's
 incremental sums), its memory and summed dims (what its all-to-all moves)
 after taking it, and the unit's own size. Every feature is a ratio to the
 task's own scale, so one policy serves any number of tables and ranks and any
-batch size. Ranks the unit would overflow are masked. At the end the reward is
-minus the predicted plan cost (compute + comm) over a lower bound.
+batch size. Ranks the unit would overflow are masked, and so are ranks after
+which the later units could not all be packed: the environment keeps a packing
+of every unit in hand (best-fit decreasing from the start) and offers a rank
+only where that packing, or a fresh one of the units left, still holds. An
+episode therefore never strands a large unit that comes late in cost order. At
+the end the reward is minus the predicted plan cost (compute + comm) over a
+lower bound.
 """
 from __future__ import annotations
+
+from typing import Sequence
 
 import numpy as np
 
@@ -60,6 +67,10 @@ class PlacementEnv:
         self.where = np.full(len(self.units), -1)
         self.step_index = 0
         self.overflowed = False
+        # Each unit's rank in a packing of all of them that respects memory; None where best-fit
+        # decreasing finds none (then a rank is masked only when full, and an overflow is penalised).
+        self.packing = self._pack(self.mem, range(len(self.units)), np.full(len(self.units), -1))
+        self._repacked: dict[int, np.ndarray] = {}
         return self
 
     @property
@@ -71,12 +82,8 @@ class PlacementEnv:
         i = self.step_index
         after = self.placer.ms(self.code_sum + self.codes[i], self.time_sum + self.times[i], self.count + 1,
                                self.apart)
-        mask = self.mem + self.need[i] <= self.cap
-        if mask.any() and self._tight(i):  # keep only ranks after which the rest still packs
-            safe = np.array([m and self._rest_packs(i, r) for r, m in enumerate(mask)])
-            if safe.any():
-                mask = safe
-        if not mask.any():  # earlier steps packed badly: let it overflow the emptiest rank, and penalise
+        mask = self._safe_ranks(i)
+        if not mask.any():  # no packing was found at the start: let it overflow the emptiest rank, and penalise
             self.overflowed = True
             mask = self.mem == self.mem.min()
         s = self.scale
@@ -89,23 +96,49 @@ class PlacementEnv:
         self._after = after
         return feats.astype(np.float32), mask
 
-    def _tight(self, i: int) -> bool:
-        """Whether the units from ``i`` on need over half the memory left: the cheap gate for the
-        look-ahead, which is where a free choice of rank now tends to leave a later unit nowhere to go
-        (on 2026-11-22 every plan of a retrained policy overflowed on ``cpu-bench-06`` without it)."""
-        return float(self.need[i:].sum()) > 0.5 * float((self.cap - self.mem).clip(min=0).sum())
+    def _safe_ranks(self, i: int) -> np.ndarray:
+        """Ranks that can take unit ``i`` and after which every later unit still has a place.
 
-    def _rest_packs(self, i: int, rank: int) -> bool:
-        """Whether, with unit ``i`` on ``rank``, the later units fit by best-fit decreasing."""
-        mem = self.mem.copy()
-        mem[rank] += self.need[i]
-        for need in sorted(self.need[i + 1:], reverse=True):
-            free = self.cap - mem - need
-            fits = np.flatnonzero(free >= 0)
+        A rank passes if the packing in hand holds with unit ``i`` moved there (one bincount), or
+        else if best-fit decreasing packs the later units around it (that packing is kept for
+        :meth:`step`). The packing's own rank for the unit always passes, so a packing in hand at
+        the start carries through the whole episode (on 2026-11-23 ``cpu-bench-24``, with two units
+        of 494 MiB for ranks of 499 MiB late in cost order, stranded one in all 18 of the policy's
+        episodes when only tight steps looked ahead)."""
+        fits = self.mem + self.need[i] <= self.cap
+        self._repacked = {}
+        if self.packing is None:
+            return fits
+        later = np.bincount(self.packing[i + 1:], weights=self.need[i + 1:], minlength=self.world)
+        safe = fits & (self.mem + self.need[i] + later <= self.cap)
+        for rank in np.flatnonzero(fits & ~safe):
+            mem = self.mem.copy()
+            mem[rank] += self.need[i]
+            rest = self._pack(mem, range(i + 1, len(self.units)), self.packing)
+            if rest is not None:
+                safe[rank] = True
+                self._repacked[int(rank)] = rest
+        return safe
+
+    def _pack(self, mem: np.ndarray, units: Sequence[int], base: np.ndarray) -> np.ndarray | None:
+        """A copy of ``base`` with ranks for ``units`` filled in by best-fit decreasing on top of
+        ``mem``, or None where one of them fits nowhere."""
+        packing, mem = base.copy(), mem.copy()
+        order = sorted(units, key=lambda u: -self.need[u])
+        left = float(sum(self.need[u] for u in order))
+        for k, u in enumerate(order):
+            free = self.cap - mem
+            if left <= free.max():  # all that is left fits on the roomiest rank together
+                packing[order[k:]] = int(np.argmax(free))
+                return packing
+            fits = np.flatnonzero(free >= self.need[u])
             if not len(fits):
-                return False
-            mem[fits[np.argmin(free[fits])]] += need
-        return True
+                return None
+            rank = fits[np.argmin(free[fits])]
+            mem[rank] += self.need[u]
+            packing[u] = rank
+            left -= float(self.need[u])
+        return packing
 
     def step(self, rank: int) -> None:
         i = self.step_index
@@ -116,6 +149,9 @@ class PlacementEnv:
         self.dims[rank] += self.units[i].num_cols
         self.rank_ms[rank] = self._after[rank]
         self.where[i] = rank
+        if self.packing is not None:
+            self.packing = self._repacked.get(rank, self.packing)
+            self.packing[i] = rank
         self.step_index += 1
 
     def tables(self) -> list[TableSharding]:
