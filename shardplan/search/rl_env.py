@@ -102,9 +102,9 @@ class PlacementEnv:
         A rank passes if the packing in hand holds with unit ``i`` moved there (one bincount), or
         else if best-fit decreasing packs the later units around it (that packing is kept for
         :meth:`step`). The packing's own rank for the unit always passes, so a packing in hand at
-        the start carries through the whole episode (on 2026-11-23 ``cpu-bench-24``, with two units
-        of 494 MiB for ranks of 499 MiB late in cost order, stranded one in all 18 of the policy's
-        episodes when only tight steps looked ahead)."""
+        the start carries through the whole episode. (On 2026-11-23 ``cpu-bench-24``, whose units of
+        494 and 492 MiB for ranks of 499 MiB come late in cost order, stranded one in all 18 of the
+        policy's episodes when only tight steps looked ahead.)"""
         fits = self.mem + self.need[i] <= self.cap
         self._repacked = {}
         if self.packing is None:
