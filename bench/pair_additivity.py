@@ -1,0 +1,133 @@
+"""How a rank's shards add up in one fused op: measured against the model, shard by shard and for one pair.
+
+The cost model sums per-shard encodings and reads the rank's cost off the
+sum, so it learns how shards amortise one another in FBGEMM's fused op. This
+script checks that on one rank of the default searcher's plan of a task: the
+rank whole, each of its shards alone, and, with ``--pair A,B``, those two
+tables alone and together with their rows scaled by ``--scales`` (so the
+pair's bytes cross the host's last-level cache). Every op is built once and
+the ops take turns repetition by repetition, so drift hits them alike; the
+ratios (together over the sum of alone) are taken within a repetition, where
+the machine's level cancels. Measured = real FBGEMM CPU kernel times, raw ms
+(median over repetitions; the reference workload's slowdown recorded);
+predicted = the committed neural model. Writes
+``bench/results/pair-additivity-<name>.md``.
+
+    MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 taskset -c 1 \\
+      .venv/bin/python bench/pair_additivity.py data/tasks/unseen-a/unseen-a-10.json --rank 1 \\
+      --pair t00_meta033,t10_meta742 --name unseen-a-10
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from tqdm import tqdm
+
+from shardplan.cost.estimator import load_estimator
+from shardplan.cost.kernel import RankOp, keep_freed_memory, time_reference
+from shardplan.cost.profiles import get_profile, load1, reference_ms
+from shardplan.cost.specs import ShardSpec, rank_specs
+from shardplan.execute.measure import MEASURE_ID_SEED
+from shardplan.formats import load_task, write_text_atomic
+from shardplan.search import DEFAULT_SEARCHER, get_searcher
+from provenance import provenance  # a sibling: bench/ is on sys.path when run
+
+
+def scaled(spec: ShardSpec, factor: float) -> ShardSpec:
+    """``spec`` with its table's rows (and the shard's) scaled by ``factor``."""
+    return replace(spec, table_rows=max(1, round(spec.table_rows * factor)), row_offset=0,
+                   rows=max(1, round(spec.rows * factor)))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("task", type=Path)
+    ap.add_argument("--rank", type=int, default=0)
+    ap.add_argument("--pair", default="", help="two tables of the rank, comma-separated, timed alone and together")
+    ap.add_argument("--scales", default="0.1,0.25,0.5,1,2", help="row scalings of the pair")
+    ap.add_argument("--profile", default="cpu-2c")
+    ap.add_argument("--repeats", type=int, default=7, help="repetitions (all ops take turns)")
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--out", type=Path, default=Path("bench/results"))
+    args = ap.parse_args()
+    profile = get_profile(args.profile)
+    profile.use_threads()
+    keep_freed_memory()
+    est = load_estimator(args.profile)
+    task = load_task(args.task)
+    plan = get_searcher(DEFAULT_SEARCHER).plan(task, est, seed=0)
+    ranks = rank_specs(plan)
+    if not 0 <= args.rank < len(ranks):
+        sys.exit(f"error: --rank must be in 0..{len(ranks) - 1}")
+    specs = ranks[args.rank]
+    sets: dict[str, list[ShardSpec]] = {"rank": specs, **{f"alone: {s.table}": [s] for s in specs}}
+    pair_rows = []
+    if args.pair:
+        names = args.pair.split(",")
+        pair = [next((s for s in specs if s.table == n), None) for n in names]
+        if len(pair) != 2 or None in pair:
+            sys.exit(f"error: --pair must name two tables on rank {args.rank}: {sorted(s.table for s in specs)}")
+        for f in (float(x) for x in args.scales.split(",")):
+            a, b = (scaled(s, f) for s in pair)
+            sets[f"x{f:g}: {a.table}"], sets[f"x{f:g}: {b.table}"], sets[f"x{f:g}: both"] = [a], [b], [a, b]
+            pair_rows.append((f, a, b))
+    predicted = dict(zip(sets, (fw + bw for fw, bw in est.rank_compute(list(sets.values())))))
+    ops = {k: RankOp(v, task.optimizer, task.dtype, profile.device, MEASURE_ID_SEED) for k, v in sets.items()}
+    quiet = reference_ms(profile)
+    load_before = load1()
+    runs: dict[str, list[float]] = {k: [] for k in ops}
+    refs = []
+    for _ in tqdm(range(args.repeats), desc=f"pair additivity [{task.name} rank {args.rank}]"):
+        refs.append(time_reference(profile.device))
+        for k, op in ops.items():
+            t = op.run(profile.warmup, profile.repeats)
+            runs[k].append(t.fwd_ms + t.bwd_ms)
+    m = {k: np.array(v) for k, v in runs.items()}
+
+    def ratio(together: str, alone: list[str]) -> tuple[float, float]:
+        """Together over the sum of alone: measured (median of per-repetition ratios) and predicted."""
+        meas = float(np.median(m[together] / sum(m[k] for k in alone)))
+        return meas, predicted[together] / sum(predicted[k] for k in alone)
+
+    singles = [f"alone: {s.table}" for s in specs]
+    rank_meas, rank_pred = ratio("rank", singles)
+    shard_table = pd.DataFrame([{"set": k, "rows": sets[k][0].rows, "cols": sets[k][0].cols,
+                                 "pooling_factor": sets[k][0].pooling_factor, "zipf_alpha": sets[k][0].zipf_alpha,
+                                 "measured_ms": float(np.median(m[k])), "predicted_ms": predicted[k]}
+                                for k in singles] + [{"set": "rank", "measured_ms": float(np.median(m["rank"])),
+                                                      "predicted_ms": predicted["rank"]}])
+    shard_table["measured / predicted"] = shard_table.measured_ms / shard_table.predicted_ms
+    md = [f"# How shards add up: `{task.name}` rank {args.rank} of the `{DEFAULT_SEARCHER}` plan ({args.name})", "",
+          *provenance(load_before, f"; reference slowdown {min(refs) / quiet:.2f}-{max(refs) / quiet:.2f}x."
+                      if quiet else "."), "",
+          f"Measured: real FBGEMM CPU kernel times, raw ms, median of {args.repeats} repetitions in which every op "
+          "takes its turn; predicted: the committed neural model. A ratio is a set's time over the sum of its "
+          "shards' times alone (below 1: they amortise one another; above 1: they interfere).", "",
+          f"The rank whole over the sum of its {len(specs)} shards alone: measured **{rank_meas:.3f}**, "
+          f"predicted {rank_pred:.3f}.", "", shard_table.to_markdown(index=False, floatfmt=".3f"), ""]
+    if pair_rows:
+        rows = []
+        for f, a, b in pair_rows:
+            pm, pp = ratio(f"x{f:g}: both", [f"x{f:g}: {a.table}", f"x{f:g}: {b.table}"])
+            rows.append({"row scale": f, "MiB of both": (a.rows * a.cols + b.rows * b.cols) * 4 / 2**20,
+                         "measured alone a / b": f"{np.median(m[f'x{f:g}: {a.table}']):.2f} / "
+                                                 f"{np.median(m[f'x{f:g}: {b.table}']):.2f}",
+                         "measured both": float(np.median(m[f"x{f:g}: both"])),
+                         "predicted both": predicted[f"x{f:g}: both"],
+                         "both / sum alone, measured": pm, "predicted": pp})
+        md += [f"The pair `{a.table}` and `{b.table}` (rows scaled; fp32, {a.cols} and {b.cols} columns):", "",
+               pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3f"), ""]
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"pair-additivity-{args.name}.md"
+    write_text_atomic(path, "\n".join(md))
+    print("\n".join(md))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
