@@ -29,13 +29,18 @@ import pandas as pd
 from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
-from shardplan.cost.kernel import RankOp, keep_freed_memory, time_reference
+from shardplan.cost.kernel import RankOp, time_reference
 from shardplan.cost.profiles import get_profile, load1, reference_ms
 from shardplan.cost.specs import ShardSpec, rank_specs
 from shardplan.execute.measure import MEASURE_ID_SEED
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import DEFAULT_SEARCHER, get_searcher
 from provenance import provenance  # a sibling: bench/ is on sys.path when run
+
+
+def pair_keys(factor: float, a: ShardSpec, b: ShardSpec) -> tuple[str, str, str]:
+    """The set names of the pair scaled by ``factor``: each table alone, and both."""
+    return f"x{factor:g}: {a.table}", f"x{factor:g}: {b.table}", f"x{factor:g}: both"
 
 
 def scaled(spec: ShardSpec, factor: float) -> ShardSpec:
@@ -57,7 +62,6 @@ def main() -> None:
     args = ap.parse_args()
     profile = get_profile(args.profile)
     profile.use_threads()
-    keep_freed_memory()
     est = load_estimator(args.profile)
     task = load_task(args.task)
     plan = get_searcher(DEFAULT_SEARCHER).plan(task, est, seed=0)
@@ -74,7 +78,8 @@ def main() -> None:
             sys.exit(f"error: --pair must name two tables on rank {args.rank}: {sorted(s.table for s in specs)}")
         for f in (float(x) for x in args.scales.split(",")):
             a, b = (scaled(s, f) for s in pair)
-            sets[f"x{f:g}: {a.table}"], sets[f"x{f:g}: {b.table}"], sets[f"x{f:g}: both"] = [a], [b], [a, b]
+            ka, kb, kab = pair_keys(f, a, b)
+            sets[ka], sets[kb], sets[kab] = [a], [b], [a, b]
             pair_rows.append((f, a, b))
     predicted = dict(zip(sets, (fw + bw for fw, bw in est.rank_compute(list(sets.values())))))
     ops = {k: RankOp(v, task.optimizer, task.dtype, profile.device, MEASURE_ID_SEED) for k, v in sets.items()}
@@ -113,14 +118,15 @@ def main() -> None:
     if pair_rows:
         rows = []
         for f, a, b in pair_rows:
-            pm, pp = ratio(f"x{f:g}: both", [f"x{f:g}: {a.table}", f"x{f:g}: {b.table}"])
+            ka, kb, kab = pair_keys(f, a, b)
+            pm, pp = ratio(kab, [ka, kb])
             rows.append({"row scale": f, "MiB of both": (a.rows * a.cols + b.rows * b.cols) * 4 / 2**20,
-                         "measured alone a / b": f"{np.median(m[f'x{f:g}: {a.table}']):.2f} / "
-                                                 f"{np.median(m[f'x{f:g}: {b.table}']):.2f}",
-                         "measured both": float(np.median(m[f"x{f:g}: both"])),
-                         "predicted both": predicted[f"x{f:g}: both"],
+                         "measured alone a / b": f"{np.median(m[ka]):.2f} / {np.median(m[kb]):.2f}",
+                         "measured both": float(np.median(m[kab])), "predicted both": predicted[kab],
                          "both / sum alone, measured": pm, "predicted": pp})
-        md += [f"The pair `{a.table}` and `{b.table}` (rows scaled; fp32, {a.cols} and {b.cols} columns):", "",
+        a, b = pair
+        md += [f"The pair `{a.table}` and `{b.table}` (rows scaled; {task.dtype}, {a.cols} and {b.cols} columns):",
+               "",
                pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3f"), ""]
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"pair-additivity-{args.name}.md"

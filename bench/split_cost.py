@@ -27,7 +27,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
-from shardplan.cost.kernel import RankOp, keep_freed_memory, time_reference
+from shardplan.cost.kernel import RankOp, time_reference
 from shardplan.cost.profiles import get_profile, load1, reference_ms
 from shardplan.cost.specs import ShardSpec, rank_specs
 from shardplan.domain import Plan
@@ -66,7 +66,6 @@ def main() -> None:
     args = ap.parse_args()
     profile = get_profile(args.profile)
     profile.use_threads()
-    keep_freed_memory()
     est = load_estimator(args.profile)
     quiet = reference_ms(profile)
     load_before = load1()
