@@ -4,10 +4,11 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from shardplan.cost.baselines import GBMCostModel, RooflineCostModel
 from shardplan.cost.collect import collect_compute, random_sample
-from shardplan.cost.kernel import time_specs
+from shardplan.cost.kernel import RankOp, time_specs
 from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile
 from shardplan.cost.specs import ShardSpec, specs_from_json
@@ -28,6 +29,21 @@ def test_time_specs_real_kernel():
     # A data-parallel replica sees another batch: two TBE ops, their times add up.
     mixed = time_specs(specs + [ShardSpec("z", 300, 0, 300, 8, 2.0, 0.0, 64)], "sgd", "fp32", "cpu", repeats=3)
     assert len(mixed.fwd_samples_ms) == 3 and mixed.fwd_ms > 0
+
+
+def test_fresh_id_batches_are_other_draws_of_the_same_law_cycled_by_iteration():
+    spec = ShardSpec("x", 5000, 0, 5000, 16, 8.0, 1.2, 256)
+    fused = RankOp([spec], "sgd", "fp32", "cpu", id_seed=5, id_batches=3).ops[0]
+    ids = [b[0] for b in fused.batches]
+    assert len(ids) == 3 and not torch.equal(ids[0], ids[1])
+    assert len({int(torch.mode(i).values) for i in ids}) == 1  # the same hottest row in every draw
+    seen, tbe = [], fused.tbe
+    fused.tbe = lambda indices, offsets: (seen.append(indices.data_ptr()), tbe(indices, offsets))[1]
+    fused.run(1, 4, id_batches=3)
+    fused.run(0, 2)  # the committed protocol: batch 0 every call
+    assert seen == [ids[k].data_ptr() for k in (0, 1, 2, 0, 1, 0, 0)]
+    with pytest.raises(ValueError, match="id_batches"):
+        fused.run(0, 1, id_batches=4)
 
 
 def test_random_sample_respects_budgets():

@@ -109,31 +109,39 @@ class FusedOp:
     Building (allocating and initialising the tables) costs more than timing on CPU (about 0.5 s for
     a 1 GB rank against 0.35 s for 13 iterations), so a measurement that visits a rank several times
     builds it once and calls :meth:`run` per visit.
+
+    ``more_batches`` are further draws of the same shards' lookups (other id seeds: the same hot rows,
+    other ids), for :meth:`run` to cycle through as training does. DESIGN.md's protocol, and every
+    committed timing, repeat one batch; ``bench/id_protocol.py`` compares the two.
     """
 
     def __init__(self, shards: list[ShardInput], optimizer: str = "sgd", dtype: str = "fp32",
-                 device: str = "cpu") -> None:
+                 device: str = "cpu", more_batches: tuple[list[ShardInput], ...] = ()) -> None:
         batch = {len(s.bags.lengths) for s in shards}
         if len(batch) != 1:
             raise ValueError(f"shards of one TBE must share a batch size, got {sorted(batch)}")
         keep_freed_memory()
         self.device = torch.device(device)
         self.tbe = _build_tbe(shards, optimizer, dtype, self.device)
-        self.indices, self.offsets = _inputs(shards, self.device)
+        self.batches = [_inputs(b, self.device) for b in (shards, *more_batches)]
         self.grad = torch.randn(batch.pop(), sum(s.cols for s in shards), device=self.device,
                                 dtype=torch.float32)
 
-    def run(self, warmup: int, repeats: int) -> KernelTiming:
+    def run(self, warmup: int, repeats: int, id_batches: int = 1) -> KernelTiming:
         """Median forward and backward (fused optimizer update) ms over ``repeats`` calls after
-        ``warmup``: wall-clock around each call on CPU, CUDA events on CUDA."""
+        ``warmup``: wall-clock around each call on CPU, CUDA events on CUDA. Call ``i`` looks up
+        batch ``i mod id_batches`` (1: the same ids every call, the committed protocol)."""
+        if not 1 <= id_batches <= len(self.batches):
+            raise ValueError(f"id_batches must be in 1..{len(self.batches)}, got {id_batches}")
         fwd: list[float] = []
         bwd: list[float] = []
         cuda = self.device.type == "cuda"
         for i in range(warmup + repeats):
+            indices, offsets = self.batches[i % id_batches]
             if cuda:
                 e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
                 e0.record()
-                out = self.tbe(self.indices, self.offsets)
+                out = self.tbe(indices, offsets)
                 e1.record()
                 out.backward(self.grad.to(out.dtype))
                 e2.record()
@@ -141,7 +149,7 @@ class FusedOp:
                 f, b = e0.elapsed_time(e1), e1.elapsed_time(e2)
             else:
                 t0 = time.perf_counter()
-                out = self.tbe(self.indices, self.offsets)
+                out = self.tbe(indices, offsets)
                 t1 = time.perf_counter()
                 out.backward(self.grad.to(out.dtype))
                 t2 = time.perf_counter()
@@ -177,22 +185,25 @@ def shard_inputs(specs: list[ShardSpec], id_seed: int, device: str = "cpu") -> l
 
 class RankOp:
     """A rank's shard specs built as one :class:`FusedOp` per batch size (data-parallel replicas see
-    another batch than sharded tables), ready to be timed any number of times."""
+    another batch than sharded tables), ready to be timed any number of times. ``id_batches`` > 1
+    also draws the lookups with seeds ``id_seed + 1, ...`` for :meth:`run` to cycle through."""
 
     def __init__(self, specs: list[ShardSpec], optimizer: str, dtype: str, device: str,
-                 id_seed: int = 0) -> None:
-        self.ops = [FusedOp(shard_inputs([s for s in specs if s.batch_size == batch], id_seed, device),
-                            optimizer, dtype, device)
-                    for batch in sorted({s.batch_size for s in specs})]
+                 id_seed: int = 0, id_batches: int = 1) -> None:
+        self.ops = []
+        for batch in sorted({s.batch_size for s in specs}):
+            group = [s for s in specs if s.batch_size == batch]
+            more = tuple(shard_inputs(group, id_seed + k, device) for k in range(1, id_batches))
+            self.ops.append(FusedOp(shard_inputs(group, id_seed, device), optimizer, dtype, device, more))
 
-    def run(self, warmup: int, repeats: int) -> KernelTiming:
+    def run(self, warmup: int, repeats: int, id_batches: int = 1) -> KernelTiming:
         """The ops one after the other; per-iteration times add up, the medians are of those sums."""
         if not self.ops:
             return KernelTiming(0.0, 0.0, (), ())
         fwd = np.zeros(repeats)
         bwd = np.zeros(repeats)
         for op in self.ops:
-            t = op.run(warmup, repeats)
+            t = op.run(warmup, repeats, id_batches)
             fwd += np.array(t.fwd_samples_ms)
             bwd += np.array(t.bwd_samples_ms)
         return KernelTiming(float(np.median(fwd)), float(np.median(bwd)), tuple(fwd.tolist()),
