@@ -31,7 +31,7 @@ from torch import nn
 
 from ..cost.estimator import PlanEstimator, comm_model_for
 from ..cost.comm import rank_volumes
-from ..cost.kernel import _build_tbe, _inputs, keep_freed_memory, shard_inputs
+from ..cost.kernel import FusedOp, keep_freed_memory, shard_inputs
 from ..cost.profiles import get_profile
 from ..cost.specs import ShardSpec, rank_specs
 from ..domain import Plan, Task
@@ -97,15 +97,14 @@ class _Rank:
             idx = [i for i, s in enumerate(specs) if s.batch_size == batch]
             group = [specs[i] for i in idx]
             batches = [shard_inputs(group, seed * 1009 + k, str(device)) for k in range(DISTINCT_BATCHES)]
-            tbe = _build_tbe(batches[0], task.optimizer, task.dtype, device)
-            inputs = [_inputs(b, device) for b in batches]
+            op = FusedOp(batches[0], task.optimizer, task.dtype, str(device), tuple(batches[1:]))
             # (table, column offset, columns, column offset within this TBE's output)
             places, at = [], 0
             for i in idx:
                 table, _, sh = items[i]
                 places.append((table.name, sh.col_offset, sh.num_cols, at))
                 at += sh.num_cols
-            self.groups.append((tbe, inputs, places))
+            self.groups.append((op.tbe, op.batches, places))
 
 
 def run_loop(plan: Plan, profile_name: str, estimator: PlanEstimator | None = None, iterations: int = 20,
