@@ -109,7 +109,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .cost.train import report_markdown, train_and_report
 
     meta = train_and_report(get_profile(args.profile), epochs=args.epochs, seed=args.seed,
-                            out_dir=args.out, random_level=args.random_level, split_batches=args.split_batches)
+                            out_dir=args.out, random_level=args.random_level, split_batches=args.split_batches,
+                            context_totals=args.context_totals)
     print(report_markdown(meta))
     return 0
 
@@ -497,6 +498,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--split-batches", action=argparse.BooleanOptionalAction, default=True,
                        help="price a rank's shards of each batch size (data-parallel replicas: the local batch) "
                             "as an op of their own and add them, as they run (default)")
+    train.add_argument("--context-totals", action=argparse.BooleanOptionalAction, default=False,
+                       help="let the set context read the rank's totals (floats looked up and updated, bytes "
+                            "held) besides its mean shard; a candidate, not the committed model's recipe")
     train.set_defaults(func=_cmd_train)
 
     tp = with_profile(sub.add_parser("train-policy", help="train the rl searcher's placement policy against "

@@ -124,15 +124,22 @@ def test_baselines_fit_predict():
         assert metrics(pf, pb, fwd, bwd)["fwd+bwd"]["spearman"] > 0.8
 
 
-def test_incremental_sums_match_whole_set_prediction():
+@pytest.mark.parametrize("context_totals", [False, True])
+def test_incremental_sums_match_whole_set_prediction(context_totals, tmp_path):
     sets, fwd, bwd = _synthetic(200)
-    model = NeuralCostModel(profile="cpu-2c", epochs=5, hidden=16, code=8).fit(sets, fwd, bwd, progress=False)
+    model = NeuralCostModel(profile="cpu-2c", epochs=5, hidden=16, code=8,
+                            context_totals=context_totals).fit(sets, fwd, bwd, progress=False)
     specs = sets[0] + sets[1]
     codes, times = model.encode_shards(specs)
+    assert codes.shape == (len(specs), model.code_width) and model.code_width == 8 + 3 * context_totals
     ms = model.combine(codes.sum(0, keepdims=True), times.sum(0, keepdims=True), np.array([len(specs)]))
     f, b = model.predict([specs])
     assert ms[0] == pytest.approx([f[0], b[0]], rel=1e-4)
-    assert model.combine(np.zeros((1, 8)), np.zeros((1, 2)), np.array([0])).tolist() == [[0.0, 0.0]]
+    assert model.combine(np.zeros((1, model.code_width)), np.zeros((1, 2)), np.array([0])).tolist() == [[0.0, 0.0]]
+    model.save(tmp_path / "m.json")
+    loaded = NeuralCostModel.load(tmp_path / "m.json")
+    assert loaded.context_totals == context_totals
+    assert np.allclose(loaded.predict([specs])[0], f, rtol=1e-5)
 
 
 def test_train_round_trip_on_a_tiny_collected_sample(tmp_path):

@@ -14,7 +14,7 @@ class AdditiveModel:
     """A rank costs the sum of its shards' ``pooling_factor * cols / 32`` ms (all forward)."""
 
     profile = "cpu-2c"
-    code = 1
+    code_width = 1
     metadata = {"optimizers": ["sgd"]}
 
     @staticmethod

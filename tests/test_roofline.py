@@ -35,9 +35,9 @@ def test_published_roofline_is_bytes_over_bandwidth_and_scales_with_the_gpu():
 def test_roofline_incremental_sums_match_its_predictions():
     m = RooflineCostModel.published("h100")
     codes, times = m.encode_shards(SETS[1])  # shards a and b
-    assert codes.shape == (2, m.code) and times.shape == (2, 2)
+    assert codes.shape == (2, m.code_width) and times.shape == (2, 2)
     sums = np.array([times[:1].sum(0), times.sum(0), np.zeros(2)])
-    got = m.combine(np.zeros((3, m.code)), sums, np.array([1, 2, 0]))
+    got = m.combine(np.zeros((3, m.code_width)), sums, np.array([1, 2, 0]))
     fwd, bwd = m.predict(SETS)
     np.testing.assert_allclose(got, np.stack([fwd, bwd], axis=1), rtol=1e-5)
 

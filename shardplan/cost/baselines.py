@@ -51,7 +51,7 @@ class RooflineCostModel:
     searchers use (every code is zero; a rank is the sum of its shards' times).
     """
 
-    code = 1
+    code_width = 1
     split_batches = False
 
     def __init__(self, bytes_per_ms: float = 1.0, bwd_multiplier: float = 2.0, profile: str = "",
@@ -90,7 +90,7 @@ class RooflineCostModel:
 
     def encode_shards(self, specs: list[ShardSpec]) -> tuple[np.ndarray, np.ndarray]:
         fwd, bwd = self.predict([[s] for s in specs])
-        return np.zeros((len(specs), self.code), np.float32), np.stack([fwd, bwd], axis=1)
+        return np.zeros((len(specs), self.code_width), np.float32), np.stack([fwd, bwd], axis=1)
 
     def combine(self, code_sum: np.ndarray, time_sum: np.ndarray, count: np.ndarray) -> np.ndarray:
         count = np.asarray(count).reshape(-1, 1)

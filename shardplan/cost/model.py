@@ -35,6 +35,9 @@ from .features import FEATURE_NAMES, set_features
 from .specs import ShardSpec
 
 MODEL_FORMAT = "shardplan/compute-model@1"
+# Amounts a set's context can read in total (``context_totals``): log2 features whose sums over a set's
+# shards are what its working set and traffic are (floats looked up, rows updated, bytes held).
+TOTAL_FEATURES = ("log_lookup_floats", "log_update_floats", "log_weight_bytes")
 OFFSET_LR_SCALE = 20.0  # the random sets' level offset learns this many times faster than the weights
 
 
@@ -43,28 +46,50 @@ class _SetNet(nn.Module):
 
     ``t`` is a per-shard time read off the shard's code (sum pooling: a rank's
     time grows with what it holds); the set context (mean code and log shard
-    count) gives a multiplicative factor for what fusing the shards into one
-    kernel changes, and a fixed overhead. The additive core is what lets the
-    model extrapolate to more shards than it was trained on.
+    count, and with ``totals`` the set's total amounts) gives a multiplicative
+    factor for what fusing the shards into one kernel changes, and a fixed
+    overhead. The additive core is what lets the model extrapolate to more
+    shards than it was trained on.
     """
 
-    def __init__(self, n_features: int, hidden: int, code: int) -> None:
+    def __init__(self, n_features: int, hidden: int, code: int,
+                 totals: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         super().__init__()
+        self.code = code
         self.encoder = nn.Sequential(
             nn.Linear(n_features, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(),
             nn.Linear(hidden, code))
         self.shard_time = nn.Linear(code, 2)
-        self.context = nn.Sequential(nn.Linear(code + 1, hidden), nn.SiLU(), nn.Linear(hidden, 4))
+        # With ``totals`` (the feature scaling's mean and std), each code also carries the shard's raw
+        # amounts of TOTAL_FEATURES, so a set's summed code holds its totals for the context to read.
+        self.n_totals = len(TOTAL_FEATURES) if totals is not None else 0
+        if totals is not None:
+            idx = [FEATURE_NAMES.index(f) for f in TOTAL_FEATURES]
+            self.register_buffer("total_mean", torch.as_tensor(np.asarray(totals[0])[idx], dtype=torch.float32))
+            self.register_buffer("total_std", torch.as_tensor(np.asarray(totals[1])[idx], dtype=torch.float32))
+            self.total_index = idx
+        self.context = nn.Sequential(nn.Linear(code + 1 + self.n_totals, hidden), nn.SiLU(), nn.Linear(hidden, 4))
 
     def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-shard codes ``[..., C]`` and per-shard times ``[..., 2]`` for features ``[..., F]``."""
         codes = self.encoder(x)
-        return codes, torch.exp(self.shard_time(codes).clamp(max=30.0))
+        times = torch.exp(self.shard_time(codes).clamp(max=30.0))
+        if self.n_totals:  # the log2 features back to amounts (floats looked up, updated; bytes held)
+            codes = torch.cat([codes, torch.exp2(x[..., self.total_index] * self.total_std + self.total_mean)], dim=-1)
+        return codes, times
+
+    def context_input(self, code_sum: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        """What the context reads: the mean learnt code, log2 of the shard count and, with totals,
+        the set's totals on a log2 scale centred on about a million."""
+        parts = [code_sum[:, :self.code] / count, torch.log2(count)]
+        if self.n_totals:
+            parts.append((torch.log2(1.0 + code_sum[:, self.code:]) - 20.0) / 8.0)
+        return torch.cat(parts, dim=1)
 
     def combine(self, code_sum: torch.Tensor, time_sum: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
         """Log ms ``[N, 2]`` of sets given their summed codes, summed shard times and sizes ``[N, 1]``."""
         count = count.clamp(min=1.0)
-        ctx = self.context(torch.cat([code_sum / count, torch.log2(count)], dim=1))
+        ctx = self.context(self.context_input(code_sum, count))
         log_factor, log_overhead = ctx[:, :2], ctx[:, 2:]
         return torch.logaddexp(torch.log(time_sum + 1e-9) + log_factor, log_overhead)
 
@@ -132,7 +157,8 @@ class NeuralCostModel:
     def __init__(self, profile: str, hidden: int = 128, code: int = 64, epochs: int = 300,
                  batch_size: int = 256, lr: float = 2e-3, weight_decay: float = 1e-5,
                  seed: int = 0, monotone_weight: float = 10.0, group_weight: float = 1.0,
-                 group_tilt: bool = True, random_level: bool = False, split_batches: bool = True) -> None:
+                 group_tilt: bool = True, random_level: bool = False, split_batches: bool = True,
+                 context_totals: bool = False) -> None:
         for name, v in (("hidden", hidden), ("code", code), ("epochs", epochs), ("batch_size", batch_size)):
             if not isinstance(v, int) or v <= 0:
                 raise InputError(name, f"must be a positive integer, got {v!r}")
@@ -147,6 +173,7 @@ class NeuralCostModel:
         self.monotone_weight, self.group_weight, self.group_tilt = monotone_weight, group_weight, group_tilt
         self.random_level = random_level
         self.split_batches = split_batches
+        self.context_totals = context_totals
         self.net: _SetNet | None = None
         # log ms (fwd, bwd) that random shard sets sit above the level predicted (a planner's ranks)
         self.random_offset = np.zeros(2, dtype=np.float32)
@@ -200,6 +227,15 @@ class NeuralCostModel:
         data-parallel ranks of TorchRec's plans of unseen tasks were the model's worst misses
         (2026-11-23: up to 22% over the measurement), with one overhead and one fusion factor for
         what are two ops.
+
+        With ``context_totals`` the set context also reads the set's totals of ``TOTAL_FEATURES``
+        (floats looked up, floats updated, bytes held), not only its mean shard code and shard count:
+        each shard's code carries its raw amounts beside the learnt ones, so a rank is still the sum
+        of its shards' codes for the searchers' incremental use. Why: shards in one fused op slow one
+        another through the cache by how much they touch together, which the mean of eight large
+        shards does not tell from one. A candidate (2026-11-24, the profile's
+        ``candidates/context-totals/``), not the committed recipe: ``docs/cost-model.md``, "Totals in
+        the set context".
         """
         if len(sets) != len(fwd_ms) or len(sets) != len(bwd_ms):
             raise InputError("fit", "sets, fwd_ms and bwd_ms must have the same length")
@@ -228,7 +264,7 @@ class NeuralCostModel:
         x = (x - self.mean) * mask[..., None] / self.std
         y = np.log(np.stack([fwd_ms, bwd_ms], axis=1).clip(1e-3)).astype(np.float32)
         xt, mt, yt = torch.from_numpy(x), torch.from_numpy(mask), torch.from_numpy(y)
-        self.net = _SetNet(x.shape[-1], self.hidden, self.code)
+        self.net = self._new_net()
         offset = nn.Parameter(torch.zeros(2))
         shifted = torch.from_numpy((marked & self.random_level).astype(np.float32))[:, None]
         # The offset is one number per head that every random set pulls on: it takes larger steps than
@@ -272,6 +308,15 @@ class NeuralCostModel:
         self.net.eval()
         self.random_offset = offset.detach().numpy().copy()
         return self
+
+    def _new_net(self) -> _SetNet:
+        return _SetNet(len(FEATURE_NAMES), self.hidden, self.code,
+                       (self.mean, self.std) if self.context_totals else None)
+
+    @property
+    def code_width(self) -> int:
+        """Columns of :meth:`encode_shards`' codes (the learnt code, then any raw totals)."""
+        return self.code + (len(TOTAL_FEATURES) if self.context_totals else 0)
 
     def _parts(self, sets: list[list[ShardSpec]]) -> tuple[list[list[ShardSpec]], np.ndarray]:
         """The sets as the network sees them, and the set each row comes from: their one-batch parts
@@ -333,7 +378,7 @@ class NeuralCostModel:
         if self.net is None:
             raise RuntimeError("the model is not fitted; call fit() or load()")
         if not specs:
-            return np.zeros((0, self.code), np.float32), np.zeros((0, 2), np.float32)
+            return np.zeros((0, self.code_width), np.float32), np.zeros((0, 2), np.float32)
         x, _ = set_features([specs])
         x = (x[0] - self.mean) / self.std
         with torch.no_grad():
@@ -350,7 +395,11 @@ class NeuralCostModel:
         (w1, b1), (w2, b2) = self._context_weights()
         count = np.asarray(count, dtype=np.float32).reshape(-1, 1)
         n = np.maximum(count, 1.0)
-        h = np.concatenate([np.asarray(code_sum, np.float32) / n, np.log2(n)], axis=1) @ w1 + b1
+        code_sum = np.asarray(code_sum, np.float32)
+        parts = [code_sum[:, :self.code] / n, np.log2(n)]
+        if self.context_totals:
+            parts.append((np.log2(1.0 + code_sum[:, self.code:]) - 20.0) / 8.0)
+        h = np.concatenate(parts, axis=1) @ w1 + b1
         ctx = (h / (1.0 + np.exp(-h))) @ w2 + b2  # SiLU, then the 4 outputs
         y = np.logaddexp(np.log(np.maximum(np.asarray(time_sum, np.float32), 0.0) + 1e-9) + ctx[:, :2], ctx[:, 2:])
         return np.where(count > 0, np.exp(y), 0.0)
@@ -378,7 +427,7 @@ class NeuralCostModel:
                       "weight_decay": self.weight_decay, "seed": self.seed,
                       "monotone_weight": self.monotone_weight, "group_weight": self.group_weight,
                       "group_tilt": self.group_tilt, "random_level": self.random_level,
-                      "split_batches": self.split_batches},
+                      "split_batches": self.split_batches, "context_totals": self.context_totals},
             "mean": self.mean.tolist(), "std": self.std.tolist(), "random_offset": self.random_offset.tolist(),
             "state_dict": {k: v.tolist() for k, v in self.net.state_dict().items()},
             "metadata": {"saved": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -401,7 +450,7 @@ class NeuralCostModel:
             model.mean = np.asarray(state["mean"], dtype=np.float32)
             model.std = np.asarray(state["std"], dtype=np.float32)
             model.random_offset = np.asarray(state.get("random_offset", [0.0, 0.0]), dtype=np.float32)
-            model.net = _SetNet(len(FEATURE_NAMES), model.hidden, model.code)
+            model.net = model._new_net()
             model.net.load_state_dict({k: torch.tensor(v) for k, v in state["state_dict"].items()})
             model.net.eval()
             model.metadata = state.get("metadata", {})

@@ -92,7 +92,8 @@ def metrics(pred_f: np.ndarray, pred_b: np.ndarray, fwd: np.ndarray, bwd: np.nda
 
 def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_dir: Path | None = None,
                      out_dir: Path | None = None, progress: bool = True,
-                     random_level: bool = True, split_batches: bool = True) -> dict[str, Any]:
+                     random_level: bool = True, split_batches: bool = True,
+                     context_totals: bool = False) -> dict[str, Any]:
     """Train on ``data_dir`` (default: the profile's folder), write model and report to ``out_dir``.
     ``random_level``: the random sets' level is learnt apart from plan ranks' (``NeuralCostModel.fit``);
     it needs plan ranks (``compute-ranks.parquet``) and is not used without them. ``split_batches``: a
@@ -144,7 +145,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     models = {
         # grouped ranks are the same population as the plan ranks, and weigh as much
         "neural": NeuralCostModel(profile=profile.name, epochs=epochs, seed=seed, group_weight=RANK_SAMPLE_WEIGHT,
-                                  random_level=random_level, split_batches=split_batches),
+                                  random_level=random_level, split_batches=split_batches,
+                                  context_totals=context_totals),
         "roofline (TorchRec form)": RooflineCostModel(),
         "gbm (hand features)": GBMCostModel(seed=seed),
     }
