@@ -36,8 +36,10 @@ from .specs import ShardSpec
 
 MODEL_FORMAT = "shardplan/compute-model@1"
 # Amounts a set's context can read in total (``context_totals``): log2 features whose sums over a set's
-# shards are what its working set and traffic are (floats looked up, rows updated, bytes held).
+# shards are what its working set and traffic are (floats looked up, floats updated, bytes held). The
+# context reads (log2(1 + total) - TOTALS_CENTRE) / TOTALS_SCALE: about -1 to 2 for this project's sets.
 TOTAL_FEATURES = ("log_lookup_floats", "log_update_floats", "log_weight_bytes")
+TOTALS_CENTRE, TOTALS_SCALE = 20.0, 8.0
 OFFSET_LR_SCALE = 20.0  # the random sets' level offset learns this many times faster than the weights
 
 
@@ -71,7 +73,8 @@ class _SetNet(nn.Module):
         self.context = nn.Sequential(nn.Linear(code + 1 + self.n_totals, hidden), nn.SiLU(), nn.Linear(hidden, 4))
 
     def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-shard codes ``[..., C]`` and per-shard times ``[..., 2]`` for features ``[..., F]``."""
+        """Per-shard codes ``[..., C]`` (``C`` learnt columns, then any raw totals) and per-shard times
+        ``[..., 2]`` for features ``[..., F]``."""
         codes = self.encoder(x)
         times = torch.exp(self.shard_time(codes).clamp(max=30.0))
         if self.n_totals:  # the log2 features back to amounts (floats looked up, updated; bytes held)
@@ -80,10 +83,10 @@ class _SetNet(nn.Module):
 
     def context_input(self, code_sum: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
         """What the context reads: the mean learnt code, log2 of the shard count and, with totals,
-        the set's totals on a log2 scale centred on about a million."""
+        the set's totals on a log2 scale (``TOTALS_CENTRE``, ``TOTALS_SCALE``)."""
         parts = [code_sum[:, :self.code] / count, torch.log2(count)]
         if self.n_totals:
-            parts.append((torch.log2(1.0 + code_sum[:, self.code:]) - 20.0) / 8.0)
+            parts.append((torch.log2(1.0 + code_sum[:, self.code:]) - TOTALS_CENTRE) / TOTALS_SCALE)
         return torch.cat(parts, dim=1)
 
     def combine(self, code_sum: torch.Tensor, time_sum: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
@@ -398,7 +401,7 @@ class NeuralCostModel:
         code_sum = np.asarray(code_sum, np.float32)
         parts = [code_sum[:, :self.code] / n, np.log2(n)]
         if self.context_totals:
-            parts.append((np.log2(1.0 + code_sum[:, self.code:]) - 20.0) / 8.0)
+            parts.append((np.log2(1.0 + code_sum[:, self.code:]) - TOTALS_CENTRE) / TOTALS_SCALE)
         h = np.concatenate(parts, axis=1) @ w1 + b1
         ctx = (h / (1.0 + np.exp(-h))) @ w2 + b2  # SiLU, then the 4 outputs
         y = np.logaddexp(np.log(np.maximum(np.asarray(time_sum, np.float32), 0.0) + 1e-9) + ctx[:, :2], ctx[:, 2:])

@@ -97,7 +97,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     """Train on ``data_dir`` (default: the profile's folder), write model and report to ``out_dir``.
     ``random_level``: the random sets' level is learnt apart from plan ranks' (``NeuralCostModel.fit``);
     it needs plan ranks (``compute-ranks.parquet``) and is not used without them. ``split_batches``: a
-    rank's shards of each batch size are priced as an op of their own (``NeuralCostModel.fit``)."""
+    rank's shards of each batch size are priced as an op of their own (``NeuralCostModel.fit``).
+    ``context_totals``: the set context also reads the rank's totals (a candidate; ``NeuralCostModel.fit``)."""
     data_dir = data_dir or profile.dir
     out_dir = out_dir or data_dir
     nominal = reference_nominal(pd.read_parquet(data_dir / "compute.parquet", columns=["ref_before_ms", "ref_after_ms"]))
