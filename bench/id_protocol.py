@@ -38,6 +38,7 @@ from shardplan.cost.kernel import RankOp, time_reference
 from shardplan.cost.profiles import get_profile, load1, reference_ms
 from shardplan.cost.specs import rank_specs
 from shardplan.errors import InputError
+from shardplan.execute.bench import geomean_vs
 from shardplan.execute.measure import MEASURE_ID_SEED
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import DEFAULT_SEARCHER, get_searcher
@@ -119,13 +120,15 @@ def main() -> None:
     wide = costs.pivot_table(index=["task", "ranks"], columns=["searcher", "protocol"], values="measured_ms")
     pred = costs[costs.protocol == "repeated"].pivot_table(index="task", columns="searcher", values="predicted_ms")
     table = pd.DataFrame(index=wide.index)
-    summary = []
     for s in others:
         for proto in PROTOCOLS:
             table[f"{s} / {peer}, {proto}"] = wide[(s, proto)] / wide[(peer, proto)]
         table[f"{s} / {peer}, predicted"] = (pred[s] / pred[peer]).reindex(wide.index.get_level_values(0)).values
-        geo = {c: float(np.exp(np.log(table[c]).mean())) for c in table.columns if c.startswith(f"{s} /")}
-        summary.append({"searcher": s, **{c.split(", ")[1]: v for c, v in geo.items()}})
+    ratio = f"geomean_vs_{peer}"
+    of = lambda proto, column="measured_ms": (  # noqa: E731
+        geomean_vs(costs[costs.protocol == proto], peer, column).set_index("searcher")[ratio])
+    summary = pd.DataFrame({**{proto: of(proto) for proto in PROTOCOLS},
+                            "predicted": of("repeated", "predicted_ms")}).drop(index=peer).reset_index()
     for s in (peer, *others):
         table[f"{s}: fresh / repeated"] = wide[(s, "fresh")] / wide[(s, "repeated")]
     sd = within_plan_sd(df).unstack()[list(PROTOCOLS)]
@@ -139,7 +142,7 @@ def main() -> None:
           f"plus the fitted gloo model's comm; predicted: the committed neural `{args.profile}` model. `repeated`: "
           f"the committed protocol (one batch of ids every iteration); `fresh`: {args.id_batches} draws cycled, "
           f"as training does. {len(table)} tasks that every searcher plans.", "",
-          "Geometric means of the plan-cost ratios:", "", pd.DataFrame(summary).to_markdown(index=False, floatfmt=".3f"),
+          "Geometric means of the plan-cost ratios:", "", summary.to_markdown(index=False, floatfmt=".3f"),
           "", "Each plan's ranks: sd of log(measured / predicted) less the plan's mean (the model's error within a "
           "plan, with the instrument's):", "", sd.to_markdown(floatfmt=".3f"), "",
           "Per task:", "", table.reset_index().to_markdown(index=False, floatfmt=".3f"), ""]
