@@ -1,5 +1,6 @@
 import json
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -136,6 +137,12 @@ def test_incremental_sums_match_whole_set_prediction(context_totals, tmp_path):
     f, b = model.predict([specs])
     assert ms[0] == pytest.approx([f[0], b[0]], rel=1e-4)
     assert model.combine(np.zeros((1, model.code_width)), np.zeros((1, 2)), np.array([0])).tolist() == [[0.0, 0.0]]
+    # a rank a searcher emptied by subtraction keeps float32 remainders; they price as nothing, silently
+    emptied = np.zeros((1, model.code_width))
+    emptied[0, model.code:] = -32.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert model.combine(emptied, np.zeros((1, 2)), np.array([0])).tolist() == [[0.0, 0.0]]
     model.save(tmp_path / "m.json")
     loaded = NeuralCostModel.load(tmp_path / "m.json")
     assert loaded.context_totals == context_totals

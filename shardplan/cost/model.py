@@ -401,7 +401,10 @@ class NeuralCostModel:
         code_sum = np.asarray(code_sum, np.float32)
         parts = [code_sum[:, :self.code] / n, np.log2(n)]
         if self.context_totals:
-            parts.append((np.log2(1.0 + code_sum[:, self.code:]) - TOTALS_CENTRE) / TOTALS_SCALE)
+            # A searcher's sums add and subtract shards' raw amounts in float32: a rank it empties can
+            # keep a small negative remainder (-32 bytes seen), which must not reach the log.
+            totals = np.maximum(code_sum[:, self.code:], 0.0)
+            parts.append((np.log2(1.0 + totals) - TOTALS_CENTRE) / TOTALS_SCALE)
         h = np.concatenate(parts, axis=1) @ w1 + b1
         ctx = (h / (1.0 + np.exp(-h))) @ w2 + b2  # SiLU, then the 4 outputs
         y = np.logaddexp(np.log(np.maximum(np.asarray(time_sum, np.float32), 0.0) + 1e-9) + ctx[:, :2], ctx[:, 2:])
