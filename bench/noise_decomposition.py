@@ -24,8 +24,16 @@ imbalance of a plan the model balanced) into a persistent part, the same in
 every run (the model's error on that rank, plus any lasting machine state),
 and a run-to-run part (the instrument).
 
+With ``--model``, the ranks are priced again by another compute model (a
+candidate) before the split, so a candidate is judged offline against every
+rank the committed runs measured: each row's plan is made again by its
+searcher with the committed model (searchers are deterministic) and kept only
+where the committed model's prices of it equal the CSV's, i.e. it is the plan
+that was measured.
+
     .venv/bin/python bench/noise_decomposition.py bench/results/bench-cpu-2c-cpu-bench-fit.csv
     .venv/bin/python bench/noise_decomposition.py RUN1.csv RUN2.csv RUN3.csv --name NAME
+    .venv/bin/python bench/noise_decomposition.py RUN1.csv RUN2.csv --model CANDIDATE.json --name NAME
 """
 from __future__ import annotations
 
@@ -34,11 +42,15 @@ import json
 import shlex
 import sys
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
 
-from shardplan.formats import write_text_atomic
+from shardplan.cost.estimator import PlanEstimator, load_estimator
+from shardplan.cost.specs import ShardSpec, rank_specs
+from shardplan.formats import load_task, write_text_atomic
+from shardplan.search import get_searcher
 
 DRAWS = 400  # simulated measurements per plan
 
@@ -107,20 +119,66 @@ def across_runs(runs: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def repriced(runs: list[pd.DataFrame], committed: PlanEstimator, candidate: PlanEstimator,
+             plan_ranks: Callable[[str, str], list[list[ShardSpec]]], rtol: float = 1e-3
+             ) -> tuple[list[pd.DataFrame], int]:
+    """``runs`` with ``predicted_rank_compute_ms`` priced by ``candidate``, and how many rows were dropped.
+
+    ``plan_ranks(task, searcher)`` makes the row's plan again; a row is kept only where ``committed``
+    prices that plan's ranks as the CSV does (so it is the plan that was measured).
+    """
+    cache: dict[tuple[str, str], tuple[list[float], list[float]] | None] = {}
+    out, dropped = [], 0
+    for df in runs:
+        df = df[df.valid.astype(bool) & df.predicted_rank_compute_ms.notna()].copy()
+        keep = []
+        for i, row in df.iterrows():
+            key = (row.task, row.searcher)
+            if key not in cache:
+                ranks = plan_ranks(*key)
+                cache[key] = ([f + b for f, b in committed.rank_compute(ranks)],
+                              [f + b for f, b in candidate.rank_compute(ranks)])
+            then, now = cache[key]
+            csv = np.array(json.loads(row.predicted_rank_compute_ms))
+            if len(csv) != len(then) or not np.allclose(csv, then, rtol=rtol, atol=1e-6):
+                dropped += 1
+                continue
+            df.at[i, "predicted_rank_compute_ms"] = json.dumps(now)
+            keep.append(i)
+        out.append(df.loc[keep])
+    return out, dropped
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv", type=Path, nargs="+", help="one bench CSV, or several runs of the same suite")
     ap.add_argument("--name", default=None, help="results file name part (default: the first CSV's name)")
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
+    ap.add_argument("--model", type=Path, help="a compute-model file to price the ranks with instead of the "
+                    "committed one (a candidate)")
+    ap.add_argument("--profile", default="cpu-2c")
+    ap.add_argument("--tasks", type=Path, default=Path("data/tasks"),
+                    help="with --model: the folder of the suites' folders (a task's file is SUITE/TASK.json)")
     args = ap.parse_args()
     runs = [pd.read_csv(p) for p in args.csv]
+    priced_by = "the committed neural model"
+    if args.model:
+        committed = load_estimator(args.profile)
+
+        def plan_ranks(task: str, searcher: str) -> list[list[ShardSpec]]:
+            path = args.tasks / task.rsplit("-", 1)[0] / f"{task}.json"
+            return rank_specs(get_searcher(searcher).plan(load_task(path), committed, seed=0))
+
+        runs, dropped = repriced(runs, committed, load_estimator(args.profile, args.model), plan_ranks)
+        priced_by = (f"`{args.model}` (rows kept where the committed model prices the re-made plan as the CSV "
+                     f"does; {dropped} dropped)")
     table = decompose(pd.concat(runs) if len(runs) > 1 else runs[0])
     print(table.to_string(index=False))
     names = ", ".join(f"`{p.name}`" for p in args.csv)
     md = [f"# Noise decomposition of {names}", "",
           f"Command: `.venv/bin/python bench/noise_decomposition.py {shlex.join(sys.argv[1:])}`", "",
-          "Per rank, log(measured / predicted) with measured = the bench's real FBGEMM timing and predicted = "
-          "the neural model. `round noise sd`: one round's scatter (from two rounds of the same rank); "
+          f"Per rank, log(measured / predicted) with measured = the bench's real FBGEMM timing and predicted = "
+          f"{priced_by}. `round noise sd`: one round's scatter (from two rounds of the same rank); "
           "`model error sd`: the spread left once the noise of the median of the rounds is taken out. "
           "`simulated`: the median slowest-rank ratio if every rank's error were drawn independently from "
           f"the observed bias and spread ({DRAWS} draws per plan), with no selection by the searcher.", "",
