@@ -21,6 +21,7 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -55,7 +56,7 @@ class _Batch:
 
 def finetune(model: NeuralCostModel, sets: list[list[ShardSpec]], fwd: np.ndarray, bwd: np.ndarray,
              groups: np.ndarray, anchor_sets: list[list[ShardSpec]], steps: int, lr: float,
-             anchor_weight: float, seed: int = 0, log=print) -> NeuralCostModel:
+             anchor_weight: float, seed: int = 0, log: Callable[[str], None] = print) -> NeuralCostModel:
     """``model`` after ``steps`` Adam steps on the group loss of ``sets`` (one group id per set) plus
     ``anchor_weight`` x the mean squared log change of its predictions on ``anchor_sets``."""
     torch.manual_seed(seed)

@@ -127,7 +127,7 @@ def repriced(runs: list[pd.DataFrame], committed: PlanEstimator, candidate: Plan
     ``plan_ranks(task, searcher)`` makes the row's plan again; a row is kept only where ``committed``
     prices that plan's ranks as the CSV does (so it is the plan that was measured).
     """
-    cache: dict[tuple[str, str], tuple[list[float], list[float]] | None] = {}
+    cache: dict[tuple[str, str], tuple[list[float], list[float]]] = {}  # (task, searcher): committed, candidate
     out, dropped = [], 0
     for df in runs:
         df = df[df.valid.astype(bool) & df.predicted_rank_compute_ms.notna()].copy()
@@ -161,7 +161,7 @@ def main() -> None:
                     help="with --model: the folder of the suites' folders (a task's file is SUITE/TASK.json)")
     args = ap.parse_args()
     runs = [pd.read_csv(p) for p in args.csv]
-    priced_by = "the committed neural model"
+    priced_by = "the neural model of the run, as the CSV records it"
     if args.model:
         committed = load_estimator(args.profile)
 
