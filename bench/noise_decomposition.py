@@ -92,7 +92,11 @@ def decompose(df: pd.DataFrame, seed: int = 0) -> pd.DataFrame:
 
 
 def across_runs(runs: list[pd.DataFrame]) -> pd.DataFrame:
-    """One row per searcher: the within-plan rank error split into a persistent and a run-to-run sd."""
+    """One row per searcher: the within-plan rank error split into a persistent and a run-to-run sd,
+    and the slopes between a rank's log measured and log predicted time, each less its plan's mean,
+    pooled over runs: measured on predicted and predicted on measured. Noise alone, in the
+    predictions, the measurements or both, leaves both slopes at or below 1; a model that overstates
+    how far a plan's ranks differ, by more than its noise, puts the second above 1."""
     rows = []
     for k, df in enumerate(runs):
         df = df[df.valid.astype(bool) & df.measured_rank_compute_ms.notna()]
@@ -100,10 +104,11 @@ def across_runs(runs: list[pd.DataFrame]) -> pd.DataFrame:
             pred = np.array(json.loads(row.predicted_rank_compute_ms))
             meas = np.array(json.loads(row.measured_rank_compute_ms))
             keep = pred > 0
-            err = np.log(meas[keep] / pred[keep])
-            rows += [{"run": k, "searcher": row.searcher, "task": row.task, "rank": r, "e": e}
-                     for r, e in zip(np.flatnonzero(keep), err - err.mean())]
+            lm, lp = np.log(meas[keep]), np.log(pred[keep])
+            rows += [{"run": k, "searcher": row.searcher, "task": row.task, "rank": r, "m": m, "p": p}
+                     for r, m, p in zip(np.flatnonzero(keep), lm - lm.mean(), lp - lp.mean())]
     long = pd.DataFrame(rows)
+    long["e"] = long["m"] - long["p"]
     out = []
     for searcher, g in long.groupby("searcher", sort=False):
         wide = g.pivot_table(index=["task", "rank"], columns="run", values="e").dropna()
@@ -114,8 +119,11 @@ def across_runs(runs: list[pd.DataFrame]) -> pd.DataFrame:
         # unbiased: the deviations from a mean of n runs have n - 1 degrees of freedom
         run_sd = float(np.sqrt((wide.sub(mean, axis=0) ** 2).to_numpy().sum() / (len(wide) * (n - 1))))
         persistent = float(np.sqrt(max(mean.var() - run_sd**2 / n, 0.0)))
+        cross = float((g["m"] * g["p"]).sum())
         out.append({"searcher": searcher, "runs": n, "ranks": len(wide),
-                    "persistent sd (within plan)": persistent, "run-to-run sd (within plan)": run_sd})
+                    "persistent sd (within plan)": persistent, "run-to-run sd (within plan)": run_sd,
+                    "slope measured on predicted": cross / float((g["p"] ** 2).sum()),
+                    "slope predicted on measured": cross / float((g["m"] ** 2).sum())})
     return pd.DataFrame(out)
 
 
@@ -192,7 +200,11 @@ def main() -> None:
                "error on that rank, plus any machine state that lasted through the runs); `run-to-run sd` "
                "is one run's scatter around that mean. A plan balanced by the model measures max/mean of "
                "about 1 + c * sqrt(persistent^2 + run-to-run^2), c the expected maximum of as many standard "
-               "normals as it has ranks (0.56 for 2, 1.03 for 4, 1.42 for 8).", "",
+               "normals as it has ranks (0.56 for 2, 1.03 for 4, 1.42 for 8). The two slopes relate a rank's "
+               "log measured and log predicted time, each less its plan's mean, pooled over the runs: noise alone, "
+               "in the predictions, the measurements or both, leaves both at or below 1; predictions that "
+               "spread a plan's ranks wider than they measure, by more than their noise, put the second "
+               "above 1.", "",
                cross.to_markdown(index=False, floatfmt=".3f"), ""]
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"noise-decomposition-{args.name or args.csv[0].stem}.md"
