@@ -26,7 +26,6 @@ from typing import Callable
 import numpy as np
 import torch
 
-from shardplan.cost.features import set_features
 from shardplan.cost.model import NeuralCostModel, _parts_of, _pooled
 from shardplan.cost.profiles import get_profile
 from shardplan.cost.specs import ShardSpec
@@ -41,11 +40,9 @@ class _Batch:
     """Sets as the model's network takes them: normalised padded features, mask and part index."""
 
     def __init__(self, model: NeuralCostModel, sets: list[list[ShardSpec]]) -> None:
-        parts, owner = model._parts(sets)
+        x, mask, owner = model.network_inputs(sets)
         self.index = (np.searchsorted(owner, np.arange(len(sets))), np.bincount(owner, minlength=len(sets)))
-        x, mask = set_features(parts)
-        self.x = torch.from_numpy((x - model.mean) * mask[..., None] / model.std)
-        self.mask = torch.from_numpy(mask)
+        self.x, self.mask = torch.from_numpy(x), torch.from_numpy(mask)
         self.n = len(sets)
 
     def log_ms(self, model: NeuralCostModel) -> torch.Tensor:

@@ -326,6 +326,13 @@ class NeuralCostModel:
         with ``split_batches`` (:func:`batch_parts`), else each set whole."""
         return batch_parts(sets) if self.split_batches else (sets, np.arange(len(sets)))
 
+    def network_inputs(self, sets: list[list[ShardSpec]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The sets as the fitted network reads them: their parts' (:meth:`_parts`) padded features scaled
+        by the stored feature scaling, the mask, and the set each part comes from."""
+        parts, owner = self._parts(sets)
+        x, mask = set_features(parts)
+        return (x - self.mean) * mask[..., None] / self.std, mask, owner
+
     def _group_loss(self, xt: torch.Tensor, mt: torch.Tensor, yt: torch.Tensor, groups: list[np.ndarray],
                     part_index: tuple[np.ndarray, np.ndarray]) -> torch.Tensor:
         """Squared log error of the sets of ``groups``, each less its group's mean error, summed and
@@ -357,9 +364,7 @@ class NeuralCostModel:
         if not nonempty:
             return out_f, out_b
         sets = [sets[i] for i in nonempty]
-        parts, owner = self._parts(sets)
-        x, mask = set_features(parts)
-        x = (x - self.mean) * mask[..., None] / self.std
+        x, mask, owner = self.network_inputs(sets)
         with torch.no_grad():
             y = self.net(torch.from_numpy(x), torch.from_numpy(mask)).numpy()
         ms = np.zeros((len(sets), 2))
