@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .cost.profiles import DEFAULT_PROFILE
 from .errors import InputError, MachineUnfitError
 
 COLLECT_POOLS = ("meta_synthetic", "criteo_kaggle", "criteo_terabyte", "mlperf_dlrmv2")
@@ -31,13 +32,14 @@ def _estimator(args: argparse.Namespace):
 
 def _cmd_collect_compute(args: argparse.Namespace) -> int:
     from .cost.collect import collect_compute
-    from .cost.profiles import get_profile
+    from .cost.profiles import check_collect_target, get_profile
     from .pools import load_pool
 
     profile = get_profile(args.profile)
     pool = [t for name in args.pools.split(",") for t in load_pool(name)]
     default_name = "compute.parquet" if args.max_shards <= 15 else "compute-large.parquet"
     out = Path(args.out) if args.out else profile.dir / default_name
+    check_collect_target(profile, out)
     df = collect_compute(profile, pool, out, args.samples, seed=args.seed, optimizer=args.optimizer,
                          repeats=args.repeats, min_shards=args.min_shards, max_shards=args.max_shards,
                          max_seconds=args.max_seconds)
@@ -47,7 +49,7 @@ def _cmd_collect_compute(args: argparse.Namespace) -> int:
 
 def _cmd_collect_retime(args: argparse.Namespace) -> int:
     from .cost.collect import retime
-    from .cost.profiles import get_profile
+    from .cost.profiles import check_collect_target, get_profile
 
     profile = get_profile(args.profile)
     src, out = Path(args.src), Path(args.out)
@@ -55,6 +57,7 @@ def _cmd_collect_retime(args: argparse.Namespace) -> int:
         raise InputError("SRC", f"no cost-data file at {src}", "give a parquet file written by shardplan collect")
     if src.resolve() == out.resolve():
         raise InputError("--out", "is the source file", "write the new timings to another file")
+    check_collect_target(profile, out)
     df = retime(profile, src, out)
     print(f"{out}: {len(df)} rows re-timed from {src}")
     return 0
@@ -62,7 +65,7 @@ def _cmd_collect_retime(args: argparse.Namespace) -> int:
 
 def _cmd_collect_ranks(args: argparse.Namespace) -> int:
     from .cost.collect_ranks import collect_plan_ranks
-    from .cost.profiles import get_profile
+    from .cost.profiles import check_collect_target, get_profile
 
     profile = get_profile(args.profile)
     paths = sorted(Path(args.suite).glob("*.json"))
@@ -72,11 +75,13 @@ def _cmd_collect_ranks(args: argparse.Namespace) -> int:
         from .cost.collect_ranks import collect_plan_groups
 
         out = Path(args.out) if args.out else profile.dir / "compute-plan-groups.parquet"
+        check_collect_target(profile, out)
         df = collect_plan_groups(profile, paths, args.searchers.split(","), _estimator(args), out,
                                  rounds=args.rounds, visits=args.visits, round_=args.round)
         print(f"{out}: {len(df)} rank samples in {df['group'].nunique() if len(df) else 0} task groups")
         return 0
     out = Path(args.out) if args.out else profile.dir / "compute-ranks.parquet"
+    check_collect_target(profile, out)
     df = collect_plan_ranks(profile, paths, args.searchers.split(","), _estimator(args), out, round_=args.round,
                             wait_fit_s=60 * args.wait_fit)
     print(f"{out}: {int((df['source'] == 'plan-rank').sum())} rank samples")
@@ -88,13 +93,14 @@ def _cmd_collect_comm(args: argparse.Namespace) -> int:
 
     from .cost.comm import FittedCommModel
     from .cost.comm_collect import collect_comm
-    from .cost.profiles import get_profile
+    from .cost.profiles import check_collect_target, get_profile
 
     profile = get_profile(args.profile)
     if profile.device != "cpu":
         raise InputError("profile", f"{profile.name} comm cannot be measured here",
                          "its comm model is the alpha-beta model")
     out = profile.dir / "comm.parquet"
+    check_collect_target(profile, out)
     df = collect_comm(profile, out, tuple(int(w) for w in args.world_sizes.split(",")), args.configs)
     model = FittedCommModel.fit(df.to_dict("records"), profile.name)
     model.save(profile.dir / "comm-model.json", {
@@ -151,6 +157,7 @@ def _cmd_make_tasks(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
+    from .cost.profiles import local_profile
     from .formats import load_task, save_plan
     from .report_text import cost_table, plan_table
     from .search import DEFAULT_SEARCHER, get_searcher
@@ -210,12 +217,26 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_profile(path: str) -> str:
+    """The profile a compute-model file names (the default where it cannot be read: loading it
+    later reports what is wrong with it)."""
+    import json
+
+    try:
+        return str(json.loads(Path(path).read_text())["profile"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return DEFAULT_PROFILE
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     """The main job: plan a task with the default searcher, show the plan, predicted and measured cost."""
+    from .cost.profiles import local_profile
     from .formats import load_task, save_plan
     from .report_text import cost_table, plan_table
     from .search import DEFAULT_SEARCHER, get_searcher
 
+    if args.profile is None:  # the model file's own profile, else this host's
+        args.profile = _model_profile(args.model) if args.model else local_profile()
     task = load_task(args.task)
     plan = _make_plan(get_searcher(DEFAULT_SEARCHER), task, args)
     plan = _evaluate(plan, args)
@@ -266,6 +287,19 @@ def _cmd_searchers(args: argparse.Namespace) -> int:
 
     for name, cls in sorted(SEARCHERS.items()):
         print(f"{name:<20}{' (default)' if name == DEFAULT_SEARCHER else '':<11}{cls.description}")
+    return 0
+
+
+def _cmd_profiles(args: argparse.Namespace) -> int:
+    from .cost.profiles import PROFILES, host_cpu, host_profile, runs_here
+
+    here = host_profile()
+    print(f"this host: {host_cpu()!r}; its profile: {here.name if here else 'none trained'}")
+    for name, p in PROFILES.items():
+        trained = "trained" if (p.dir / "compute-model.json").exists() else "no compute model"
+        tags = [t for t, on in (("default", name == DEFAULT_PROFILE), ("this host", p.device == "cpu"
+                                and p.cpu_model and runs_here(p))) if on]
+        print(f"{name:<14}{', '.join(tags):<20}{trained:<18}{p.description}")
     return 0
 
 
@@ -398,14 +432,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="shardplan", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
-    def with_profile(sp: argparse.ArgumentParser, model: bool = True) -> argparse.ArgumentParser:
-        sp.add_argument("--profile", default="cpu-2c", help="hardware profile (default cpu-2c)")
+    def with_profile(sp: argparse.ArgumentParser, model: bool = True, here: bool = False) -> argparse.ArgumentParser:
+        if here:  # a command that measures on this host: by default, the host's own profile
+            sp.add_argument("--profile", default=None, help="hardware profile (default: the profile measured "
+                            f"on this host's CPU, where one is trained, else {DEFAULT_PROFILE}; `shardplan profiles`)")
+        else:
+            sp.add_argument("--profile", default=DEFAULT_PROFILE, help=f"hardware profile (default {DEFAULT_PROFILE})")
         if model:
             sp.add_argument("--model", help="compute-model file (default: the profile's committed one)")
         return sp
 
     run = with_profile(sub.add_parser("run", help="plan a task with the default searcher; show predicted "
-                                                  "and measured per-rank cost"))
+                                                  "and measured per-rank cost"), here=True)
     run.add_argument("task", nargs="?", default=str(DEFAULT_TASK))
     run.add_argument("-o", "--out", default="out/plan.json")
     run.add_argument("--seed", type=int, default=0)
@@ -440,6 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
     val.set_defaults(func=_cmd_validate)
 
     sub.add_parser("searchers", help="list the searchers").set_defaults(func=_cmd_searchers)
+    sub.add_parser("profiles", help="list the hardware profiles and which one this host is").set_defaults(
+        func=_cmd_profiles)
 
     rep = with_profile(sub.add_parser("report", help="self-contained HTML report of one or more plans"))
     rep.add_argument("plans", nargs="+")

@@ -35,10 +35,11 @@ def test_service_lists_searchers_profiles_and_health(server: str) -> None:
     assert [s["name"] for s in searchers if s["default"]] == ["neuroshard"]
     assert {"torchrec", "greedy-cost", "random"} <= {s["name"] for s in searchers}
     profiles = {p["name"]: p for p in httpx.get(server + "/v1/profiles").json()}
-    assert profiles["cpu-2c"]["loaded"] and profiles["cpu-2c"]["compute_model"].startswith("neural")
+    for cpu in ("cpu-2c", "cpu-2c-xeon"):  # each CPU profile with its own trained model
+        assert profiles[cpu]["loaded"] and profiles[cpu]["compute_model"].startswith("neural")
     # GPU profiles have no trained model yet: served with the published-bandwidth roofline, which says so
     assert profiles["h100"]["loaded"] and profiles["h100"]["compute_model"].startswith("roofline")
-    assert httpx.get(server + "/healthz").json()["profiles"] == ["cpu-2c", "h100", "h200"]
+    assert httpx.get(server + "/healthz").json()["profiles"] == ["cpu-2c", "cpu-2c-xeon", "h100", "h200"]
 
 
 def test_a_gpu_profile_plans_with_the_roofline_it_names(server: str, task_dict: dict) -> None:

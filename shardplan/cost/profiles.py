@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,10 @@ class Profile:
     single-threaded process, so two can run side by side on the two cores).
     ``max_rows``: the largest table (rows) the profile's cost data covers;
     ``collect_batch_sizes``: the global batch sizes the collector draws from.
+    ``cpu_model``: the host CPU its cost data was taken on, as ``/proc/cpuinfo`` names it
+    (:func:`machine_stamp`); CPU kernel costs do not carry from one CPU to another (on
+    2026-11-24 the same plan's ranks ran about 2x faster on the Intel host than the AMD one
+    predicted, and co-location costs moved by far more), so measuring on another CPU is flagged.
     ``warmup`` / ``repeats``: the timing protocol (iterations discarded, then
     timed; the median is kept) shared by the collector and plan measurement, so
     the model learns from exactly the instrument that later checks it.
@@ -38,6 +43,7 @@ class Profile:
     max_sample_weight_bytes: int
     max_sample_lookup_floats: float
     description: str
+    cpu_model: str = ""
     warmup: int = 3
     repeats: int = 10
 
@@ -58,7 +64,14 @@ PROFILES: dict[str, Profile] = {
         name="cpu-2c", device="cpu", threads=1, max_rows=1_000_000,
         collect_batch_sizes=(512, 1024, 2048, 4096, 8192),
         max_sample_weight_bytes=600 * 2**20, max_sample_lookup_floats=3.0e7,
-        description="2-core x86 CPU machine, FBGEMM CPU kernels, one single-threaded process per rank"),
+        description="2-core AMD EPYC VM (32 MiB L3), FBGEMM CPU kernels, one single-threaded process per rank",
+        cpu_model="AMD EPYC"),
+    "cpu-2c-xeon": Profile(
+        name="cpu-2c-xeon", device="cpu", threads=1, max_rows=1_000_000,
+        collect_batch_sizes=(512, 1024, 2048, 4096, 8192),
+        max_sample_weight_bytes=600 * 2**20, max_sample_lookup_floats=3.0e7,
+        description="2-core Intel Xeon VM (480 MiB L3), FBGEMM CPU kernels, one single-threaded process per rank",
+        cpu_model="Intel(R) Xeon(R) Processor"),
     "h100": Profile(
         name="h100", device="cuda", threads=0, max_rows=50_000_000,
         collect_batch_sizes=(16384, 32768, 65536, 131072),
@@ -92,6 +105,58 @@ def machine_stamp() -> dict[str, object]:
     except OSError:
         pass
     return {"cpu_model": cpu, "cpu_cores": os.cpu_count() or 0, "hostname": platform.node()}
+
+
+def host_cpu() -> str:
+    """This host's CPU as cost-data rows record it (``/proc/cpuinfo``'s model name)."""
+    return str(machine_stamp()["cpu_model"])
+
+
+def runs_here(profile: Profile) -> bool:
+    """Whether this host is the CPU ``profile`` was measured on (GPU profiles name their device
+    instead, and a profile without a recorded CPU matches any host)."""
+    return profile.device != "cpu" or not profile.cpu_model or host_cpu().startswith(profile.cpu_model)
+
+
+def host_profile() -> Profile | None:
+    """The CPU profile measured on this host's CPU that has a trained compute model, if any."""
+    for p in PROFILES.values():
+        if p.device == "cpu" and p.cpu_model and runs_here(p) and (p.dir / "compute-model.json").exists():
+            return p
+    return None
+
+
+def local_profile() -> str:
+    """The profile to measure this host with: its own (:func:`host_profile`), else the default."""
+    p = host_profile()
+    return p.name if p else DEFAULT_PROFILE
+
+
+def foreign_host_note(profile: Profile) -> str | None:
+    """Why ``profile``'s costs do not describe this host, with the fix; ``None`` when they do."""
+    if runs_here(profile):
+        return None
+    own = host_profile()
+    fix = (f"measure with --profile {own.name}" if own else
+           "collect a profile for this CPU (docs/cost-model.md, \"Another CPU, another profile\")")
+    return (f"this host's CPU is {host_cpu()!r} but profile {profile.name!r} was measured on "
+            f"{profile.cpu_model!r}: its predictions and quiet reference do not hold here; {fix}")
+
+
+def host_record(profile: Profile) -> dict[str, str]:
+    """The host a measurement runs on, for its cost block; on a CPU other than ``profile``'s, also
+    why its figures do not compare with the profile's predictions (and a warning now)."""
+    note = foreign_host_note(profile)
+    if note:
+        warnings.warn(note, stacklevel=3)
+    return {"host_cpu": host_cpu(), **({"foreign_host": note} if note else {})}
+
+
+def check_collect_target(profile: Profile, out: Path) -> None:
+    """Refuse to write this host's timings into another CPU's committed cost data."""
+    note = foreign_host_note(profile)
+    if note and profile.dir.resolve() in Path(out).resolve().parents:
+        raise InputError("profile", note, f"or write elsewhere with --out (not under {profile.dir})")
 
 
 def load1() -> float:

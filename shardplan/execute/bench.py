@@ -31,7 +31,7 @@ from tqdm import tqdm
 from ..cost.estimator import PlanEstimator
 from ..cost.fitness import LABEL_TOLERANCE, TILT_TOLERANCE, Fitness, wait_until_fit
 from ..cost.kernel import MEASURE_SLOW_LIMIT, QUIET_TOLERANCE
-from ..cost.profiles import get_profile, load1, machine_stamp
+from ..cost.profiles import foreign_host_note, get_profile, load1, machine_stamp
 from ..domain import Plan, Task
 from ..errors import InputError
 from ..formats import write_text_atomic
@@ -184,7 +184,9 @@ def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, loa
     summary["median_plan_s"] = summary.searcher.map(df.groupby("searcher")["plan_seconds"].median())
     # Searcher.plan validates every plan it returns, so "not planned" means it reported the task infeasible.
     summary["not_planned"] = summary.searcher.map(df.groupby("searcher")["valid"].apply(lambda v: int((~v.astype(bool)).sum())))
+    foreign = foreign_host_note(get_profile(profile))
     lines = [f"# shardplan bench: `{suite}` on profile `{profile}`", "",
+             *([f"**Measured on another CPU than the profile's**: {foreign}.", ""] if foreign else []),
              machine_state_line(_all_slowdowns(df), probes_by_task(df)), "",
              f"Date {dt.date.today()}; {machine_stamp()['cpu_model']}; load {load_before:.2f} before, "
              f"{load_after:.2f} after. Measured = per-rank fwd+bwd compute timed on real FBGEMM kernels "

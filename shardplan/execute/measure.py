@@ -49,7 +49,7 @@ from ..cost.calibration import NEIGHBOURS, calibrated_timing
 from ..cost.comm import rank_volumes
 from ..cost.estimator import comm_model_for
 from ..cost.kernel import KernelTiming, RankOp, time_bracketed
-from ..cost.profiles import Profile, available_memory_gb, get_profile, load1, reference_ms
+from ..cost.profiles import Profile, available_memory_gb, get_profile, host_record, load1, reference_ms
 from ..cost.specs import ShardSpec, rank_specs
 from ..domain import Plan, PlanCost, RankCost
 from ..errors import InputError
@@ -153,6 +153,7 @@ def measure_plans(plans: list[Plan], profile_name: str = "cpu-2c", rounds: int =
         raise InputError("rounds" if rounds < 1 else "visits" if visits < 1 else "visit_warmup",
                          "must be at least 1 (visit_warmup: at least 0)")
     profile = get_profile(profile_name)
+    host = host_record(profile)
     profile.use_threads()
     nominal = reference_ms(profile)
     comm_model = comm_model_for(profile)
@@ -199,7 +200,7 @@ def measure_plans(plans: list[Plan], profile_name: str = "cpu-2c", rounds: int =
             "slowdown_per_round": [round(x / nominal, 3) for x in refs] if nominal else [],
             "rounds_compute_ms_per_rank": [[round((x[0] + x[1]) / factor, 4) for x in s] for s in per_rank],
             "comm_model": f"{comm_model.name} ({comm_model.kind})",
-            "load1_before": round(load_before, 2), "load1_after": round(load1(), 2)}))
+            "load1_before": round(load_before, 2), "load1_after": round(load1(), 2), **host}))
     return out
 
 
@@ -215,6 +216,7 @@ def measure_plan_calibrated(plan: Plan, profile_name: str = "cpu-2c", rounds: in
     if rounds < 1:
         raise InputError("rounds", "must be at least 1")
     profile = get_profile(profile_name)
+    host = host_record(profile)
     comm_model = comm_model_for(profile)
     comm = comm_model.rank_comm_ms(rank_volumes(plan), plan.task.topology)
     mem = rank_memory_gb(plan)
@@ -243,4 +245,4 @@ def measure_plan_calibrated(plan: Plan, profile_name: str = "cpu-2c", rounds: in
         "reference_slowdown": round(statistics.median(c.reference_slowdown for cs in timings.values()
                                                       for c in cs), 4) if timings else None,
         "comm_model": f"{comm_model.name} ({comm_model.kind})",
-        "load1_before": round(load_before, 2), "load1_after": round(load1(), 2)})
+        "load1_before": round(load_before, 2), "load1_after": round(load1(), 2), **host})
