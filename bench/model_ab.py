@@ -12,6 +12,9 @@ in the bench); predicted = each model's own figure. Writes
 
     MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 taskset -c 1 \\
       .venv/bin/python bench/model_ab.py --a data/profiles/cpu-2c/compute-model.json --b NEW.json --name NAME
+
+With ``--a-profile``/``--b-profile`` the two models may belong to different hardware profiles (each
+plans with its own comm model), e.g. another CPU's profile against this host's own, measured here.
 """
 from __future__ import annotations
 
@@ -36,9 +39,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--a", required=True, help="compute-model file A (e.g. the committed one)")
     ap.add_argument("--b", required=True, help="compute-model file B")
+    ap.add_argument("--a-profile", help="the profile model A was trained for (default: --profile, the one "
+                                        "measured on); another CPU's profile plans with its own comm model too")
+    ap.add_argument("--b-profile", help="the same for model B")
     add_interleaved_arguments(ap)
     args = ap.parse_args()
-    estimators = {"A": load_estimator(args.profile, args.a), "B": load_estimator(args.profile, args.b)}
+    estimators = {"A": load_estimator(args.a_profile or args.profile, args.a),
+                  "B": load_estimator(args.b_profile or args.profile, args.b)}
     load_before, rows = load1(), []
     for path in tqdm(sorted(Path(args.suite).glob("*.json")), desc=f"model A/B [{Path(args.suite).name}]"):
         task = load_task(path)
@@ -60,7 +67,7 @@ def main() -> None:
     by_plan = df.rename(columns={"plan": "searcher"})  # the bench's geometric means, with the plans as searchers
     vs_torchrec = geomean_vs(by_plan, "torchrec").set_index("searcher")
     summary = pd.DataFrame([{
-        "model": k, "file": getattr(args, k.lower()),
+        "model": k, "file": getattr(args, k.lower()), "profile": getattr(args, f"{k.lower()}_profile") or args.profile,
         "measured / TorchRec (geomean)": vs_torchrec.loc[k, "geomean_vs_torchrec"],
         "balanced (max/mean <= 1.10)": f"{int((imb[k] <= 1.10).sum())} of {len(imb)}"} for k in ("A", "B")])
     print(summary.to_string(index=False))
@@ -69,8 +76,8 @@ def main() -> None:
     md = [f"# Model A/B on `{args.suite}`: {args.name}", "",
           *provenance(load_before, f"; divisor per task {df.slowdown.min():.2f}-{df.slowdown.max():.2f}x."), "",
           f"Plans of `{DEFAULT_SEARCHER}` under each model and TorchRec's plan, measured in one call per task "
-          f"({args.rounds} rounds x {args.visits} visits, turns by visit): real FBGEMM CPU kernel times, comm "
-          f"from the comm model. {vs_torchrec.loc['torchrec', 'tasks_planned']} tasks TorchRec plans. B over A, measured: **{b_over_a:.3f}** "
+          f"({args.rounds} rounds x {args.visits} visits, turns by visit): real FBGEMM CPU kernel times on "
+          f"profile `{args.profile}`'s measurement protocol, comm from its comm model. {vs_torchrec.loc['torchrec', 'tasks_planned']} tasks TorchRec plans. B over A, measured: **{b_over_a:.3f}** "
           f"(geomean over {len(wide)} tasks).", "",
           summary.to_markdown(index=False, floatfmt=".3f"), "",
           wide.join(imb.add_suffix(" imbalance")).to_markdown(floatfmt=".3f"), ""]
