@@ -157,7 +157,6 @@ def _cmd_make_tasks(args: argparse.Namespace) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from .cost.profiles import local_profile
     from .formats import load_task, save_plan
     from .report_text import cost_table, plan_table
     from .search import DEFAULT_SEARCHER, get_searcher

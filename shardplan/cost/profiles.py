@@ -27,9 +27,9 @@ class Profile:
     ``max_rows``: the largest table (rows) the profile's cost data covers;
     ``collect_batch_sizes``: the global batch sizes the collector draws from.
     ``cpu_model``: the host CPU its cost data was taken on, as ``/proc/cpuinfo`` names it
-    (:func:`machine_stamp`); CPU kernel costs do not carry from one CPU to another (on
-    2026-11-24 the same plan's ranks ran about 2x faster on the Intel host than the AMD one
-    predicted, and co-location costs moved by far more), so measuring on another CPU is flagged.
+    (:func:`machine_stamp`). CPU kernel costs do not carry from one CPU to another: the same
+    5,500 shard sets ran 0.63-1.21x as long on the Intel host as on the AMD one (10th-90th
+    percentile, ``bench/profile_pair.py``), so measuring on another CPU is flagged.
     ``warmup`` / ``repeats``: the timing protocol (iterations discarded, then
     timed; the median is kept) shared by the collector and plan measurement, so
     the model learns from exactly the instrument that later checks it.
