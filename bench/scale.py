@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import shlex
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -69,7 +71,7 @@ def main() -> None:
             signal.alarm(0)
         print(rows[-1])
     md = [f"# Planning {len(task.tables)} tables on {args.ranks} ranks ({args.hosts} hosts), profile `{args.profile}`",
-          "", f"Command: `.venv/bin/python bench/scale.py --ranks {args.ranks} --hosts {args.hosts}`; date "
+          "", f"Command: `.venv/bin/python bench/scale.py {shlex.join(sys.argv[1:])}`; date "
           f"{dt.date.today()}; {machine_stamp()['cpu_model']}, {machine_stamp()['cpu_cores']} cores. "
           f"Seconds are wall-clock planning time (a searcher is stopped after {args.limit_s} s; they include validation and the final predicted-cost "
           "evaluation); costs are predicted by the neural model plus the comm model.", "",
