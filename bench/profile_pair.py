@@ -33,9 +33,19 @@ def labelled(profile: str) -> tuple[pd.DataFrame, list]:
     path = get_profile(profile).dir / "compute.parquet"
     nominal = reference_nominal(pd.read_parquet(path, columns=["ref_before_ms", "ref_after_ms"]))
     sets, fwd, bwd, df = load_sets(path, nominal)
-    return pd.DataFrame({"seed": df["seed"], "sample": df["sample"], "ms": fwd + bwd, "fwd": fwd,
+    return pd.DataFrame({"pos": np.arange(len(df)), "seed": df["seed"], "sample": df["sample"],
+                         "ms": fwd + bwd, "fwd": fwd,
                          "holdout": holdout_mask(df), "shards": df["shards"],
                          "mib": [sum(s.rows * s.cols * 4 for s in x) / 2**20 for x in sets]}), sets
+
+
+def paired(da: pd.DataFrame, db: pd.DataFrame) -> pd.DataFrame:
+    """The sets both hosts timed (same seed and sample and the very same shards), side by side
+    (suffixes ``_a``, ``_b``; ``pos_a`` is the set's row in the first file), with ``ratio`` = b's time
+    over a's."""
+    pair = da.merge(db, on=["seed", "sample"], suffixes=("_a", "_b"))
+    pair = pair[(pair["shards_a"] == pair["shards_b"]).to_numpy()].reset_index(drop=True)
+    return pair.assign(ratio=pair["ms_b"] / pair["ms_a"])
 
 
 def accuracy(pred: np.ndarray, meas: np.ndarray) -> dict[str, float]:
@@ -51,11 +61,7 @@ def main() -> None:
     args = ap.parse_args()
     load_before = load1()
     (da, sets_a), (db, _) = labelled(args.a), labelled(args.b)
-    pair = da.merge(db, on=["seed", "sample"], suffixes=("_a", "_b"))
-    same = (pair["shards_a"] == pair["shards_b"]).to_numpy()
-    if not same.all():  # the collectors drew other sets: only the identical ones pair up
-        pair = pair[same]
-    pair["ratio"] = pair["ms_b"] / pair["ms_a"]
+    pair = paired(da, db)
     q = lambda s: pd.Series({"sets": len(s), "p10": s.quantile(0.1), "median": s.median(),  # noqa: E731
                              "p90": s.quantile(0.9)})
     by_bytes = pair.groupby(pd.cut(pair["mib_a"], [0, 4, 32, 128, 480, 4096]), observed=True)["ratio"].apply(q).unstack()
@@ -65,7 +71,7 @@ def main() -> None:
     # Each profile's model on each host's held-out sets (held out of both profiles' training alike:
     # the split hashes seed and sample, which pair the same sets).
     held = pair[pair["holdout_a"] & pair["holdout_b"]]
-    specs = [sets_a[i] for i in held.index]
+    specs = [sets_a[i] for i in held["pos_a"]]
     rows = []
     for model_profile in (args.a, args.b):
         model = NeuralCostModel.load(get_profile(model_profile).dir / "compute-model.json", model_profile)

@@ -59,19 +59,19 @@ class Profile:
             torch.set_num_threads(self.threads)
 
 
+def _two_core_vm(name: str, cpu_model: str, machine: str) -> Profile:
+    """A 2-core CPU VM measured as ``cpu-2c`` is: one single-threaded process per rank, the same
+    sample budgets, so that two such profiles time the very same random sets."""
+    return Profile(name=name, device="cpu", threads=1, max_rows=1_000_000,
+                   collect_batch_sizes=(512, 1024, 2048, 4096, 8192),
+                   max_sample_weight_bytes=600 * 2**20, max_sample_lookup_floats=3.0e7,
+                   description=f"{machine}, FBGEMM CPU kernels, one single-threaded process per rank",
+                   cpu_model=cpu_model)
+
+
 PROFILES: dict[str, Profile] = {
-    "cpu-2c": Profile(
-        name="cpu-2c", device="cpu", threads=1, max_rows=1_000_000,
-        collect_batch_sizes=(512, 1024, 2048, 4096, 8192),
-        max_sample_weight_bytes=600 * 2**20, max_sample_lookup_floats=3.0e7,
-        description="2-core AMD EPYC VM (32 MiB L3), FBGEMM CPU kernels, one single-threaded process per rank",
-        cpu_model="AMD EPYC"),
-    "cpu-2c-xeon": Profile(
-        name="cpu-2c-xeon", device="cpu", threads=1, max_rows=1_000_000,
-        collect_batch_sizes=(512, 1024, 2048, 4096, 8192),
-        max_sample_weight_bytes=600 * 2**20, max_sample_lookup_floats=3.0e7,
-        description="2-core Intel Xeon VM (480 MiB L3), FBGEMM CPU kernels, one single-threaded process per rank",
-        cpu_model="Intel(R) Xeon(R) Processor"),
+    "cpu-2c": _two_core_vm("cpu-2c", "AMD EPYC", "2-core AMD EPYC VM (32 MiB L3)"),
+    "cpu-2c-xeon": _two_core_vm("cpu-2c-xeon", "Intel(R) Xeon(R) Processor", "2-core Intel Xeon VM (480 MiB L3)"),
     "h100": Profile(
         name="h100", device="cuda", threads=0, max_rows=50_000_000,
         collect_batch_sizes=(16384, 32768, 65536, 131072),
