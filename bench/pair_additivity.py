@@ -33,9 +33,9 @@ from shardplan.cost.kernel import RankOp, time_reference
 from shardplan.cost.profiles import get_profile, load1, reference_ms
 from shardplan.cost.specs import ShardSpec, rank_specs
 from shardplan.execute.measure import MEASURE_ID_SEED
-from shardplan.formats import load_task, write_text_atomic
+from shardplan.formats import load_task
 from shardplan.search import DEFAULT_SEARCHER, get_searcher
-from provenance import provenance  # a sibling: bench/ is on sys.path when run
+from provenance import provenance, write_report  # a sibling: bench/ is on sys.path when run
 
 
 def pair_keys(factor: float, a: ShardSpec, b: ShardSpec) -> tuple[str, str, str]:
@@ -128,11 +128,7 @@ def main() -> None:
         md += [f"The pair `{a.table}` and `{b.table}` (rows scaled; {task.dtype}, {a.cols} and {b.cols} columns):",
                "",
                pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3f"), ""]
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"pair-additivity-{args.name}.md"
-    write_text_atomic(path, "\n".join(md))
-    print("\n".join(md))
-    print(f"wrote {path}")
+    write_report(args.out, f"pair-additivity-{args.name}", md)
 
 
 if __name__ == "__main__":

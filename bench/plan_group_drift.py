@@ -29,7 +29,7 @@ import pandas as pd
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.train import load_sets
-from shardplan.formats import write_text_atomic
+from provenance import write_report  # a sibling: bench/ is on sys.path when run
 
 
 def collections(paths: list[Path], searcher: str) -> pd.DataFrame:
@@ -115,12 +115,7 @@ def main() -> None:
           f"The model's error within a plan on the same ranks (log measured / predicted less the plan's "
           f"mean; predicted by `{args.model or 'the committed model'}`):", "",
           errors.to_markdown(index=False, floatfmt=".4f"), ""]
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(args.out / f"plan-group-drift-{args.name}.csv", pairs.to_csv(index=False))
-    path = args.out / f"plan-group-drift-{args.name}.md"
-    write_text_atomic(path, "\n".join(md))
-    print("\n".join(md))
-    print(f"wrote {path}")
+    write_report(args.out, f"plan-group-drift-{args.name}", md, pairs)
 
 
 if __name__ == "__main__":

@@ -23,8 +23,7 @@ from scipy.stats import spearmanr
 from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile, load1
 from shardplan.cost.train import holdout_mask, load_sets, reference_nominal
-from shardplan.formats import write_text_atomic
-from provenance import provenance  # a sibling: bench/ is on sys.path when run
+from provenance import provenance, write_report  # a sibling: bench/ is on sys.path when run
 
 
 def labelled(profile: str) -> tuple[pd.DataFrame, list]:
@@ -82,8 +81,6 @@ def main() -> None:
                          "own host": model_profile == host, "sets": len(held),
                          **accuracy(pred, held[col].to_numpy())})
     acc = pd.DataFrame(rows)
-    pair[["seed", "sample", "mib_a", "ms_a", "ms_b", "ratio", "holdout_a"]].to_csv(
-        args.out / f"profile-pair-{args.a}-{args.b}.csv", index=False)
     md = [f"# The same shard sets on `{args.a}` and `{args.b}`", "", *provenance(load_before), "",
           f"{len(pair)} random sets timed on both hosts (same collector seed and sample); ratio = `{args.b}`'s "
           f"fwd+bwd ms over `{args.a}`'s, each divided by its sample's reference slowdown. "
@@ -97,9 +94,8 @@ def main() -> None:
           f"The {len(held)} sets held out of both profiles' training. A model on another CPU's labels is what "
           "a user gets who plans with a profile of the wrong hardware.", "",
           acc.to_markdown(index=False, floatfmt=".3f"), ""]
-    write_text_atomic(args.out / f"profile-pair-{args.a}-{args.b}.md", "\n".join(md))
-    print("\n".join(md))
-    print(f"wrote {args.out}/profile-pair-{args.a}-{args.b}.md and .csv")
+    write_report(args.out, f"profile-pair-{args.a}-{args.b}", md,
+                 pair[["seed", "sample", "mib_a", "ms_a", "ms_b", "ratio", "holdout_a"]])
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """The lines every bench results file opens with: the command that reproduces it, when it ran, on what
-CPU, and how loaded the machine was before and after (on this 2-core VM the cores are the instrument).
+CPU, and how loaded the machine was before and after (on this 2-core VM the cores are the instrument);
+and how a script writes its results file (:func:`write_report`).
 
 Bench scripts import it as a sibling (``bench/`` is on ``sys.path`` when a script there runs).
 """
@@ -10,7 +11,10 @@ import shlex
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 from shardplan.cost.profiles import load1, machine_stamp
+from shardplan.formats import write_text_atomic
 
 
 def provenance(load_before: float, then: str = ".") -> list[str]:
@@ -20,3 +24,16 @@ def provenance(load_before: float, then: str = ".") -> list[str]:
     return [f"Command: `.venv/bin/python bench/{script} {shlex.join(sys.argv[1:])}`  ",
             f"Date {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine_stamp()['cpu_model']}, "
             f"load {load_before:.2f} before / {load1():.2f} after{then}"]
+
+
+def write_report(out: Path, stem: str, md: list[str], table: pd.DataFrame | None = None) -> Path:
+    """Write ``<out>/<stem>.md`` (and ``table``, if given, as ``<out>/<stem>.csv``), each atomically,
+    print the markdown and where it went; return the markdown's path."""
+    out.mkdir(parents=True, exist_ok=True)
+    if table is not None:
+        write_text_atomic(out / f"{stem}.csv", table.to_csv(index=False))
+    path = out / f"{stem}.md"
+    write_text_atomic(path, "\n".join(md))
+    print("\n".join(md))
+    print(f"wrote {path}" + (" and .csv" if table is not None else ""))
+    return path
