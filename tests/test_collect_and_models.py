@@ -149,6 +149,45 @@ def test_incremental_sums_match_whole_set_prediction(context_totals, tmp_path):
     assert np.allclose(loaded.predict([specs])[0], f, rtol=1e-5)
 
 
+def test_context_is_held_within_the_range_it_took_on_the_training_sets(tmp_path):
+    sets, fwd, bwd = _synthetic(300)
+    model = NeuralCostModel(profile="cpu-2c", epochs=20, hidden=16, code=8).fit(sets, fwd, bwd, progress=False)
+    lo, hi = model.context_range
+    net = model.net
+
+    def raw_context(specs):
+        x, mask, _ = model.network_inputs([specs])
+        m = torch.from_numpy(mask).unsqueeze(-1)
+        with torch.no_grad():
+            codes, times = net.encode(torch.from_numpy(x))
+            ctx = net.context(net.context_input((codes * m).sum(dim=1), m.sum(dim=1)))
+        return ctx[0].numpy(), (times * m).sum(dim=1)[0].numpy()
+
+    train_ctx = np.array([raw_context(s)[0] for s in sets])
+    assert np.allclose(train_ctx.min(0), lo, atol=1e-5) and np.allclose(train_ctx.max(0), hi, atol=1e-5)
+    # a set of 64 shards, where training saw at most 5: its unbounded context leaves the range
+    big = [s for specs in sets[:40] for s in specs][:64]
+    ctx, time_sum = raw_context(big)
+    assert ((ctx < lo) | (ctx > hi)).any()
+    held = np.clip(ctx, lo, hi)
+    expected = np.exp(np.logaddexp(np.log(time_sum + 1e-9) + held[:2], held[2:]))
+    f, b = model.predict([big])
+    assert [f[0], b[0]] == pytest.approx(expected, rel=1e-4)
+    codes, times = model.encode_shards(big)  # the searchers' incremental path holds it alike
+    assert model.combine(codes.sum(0, keepdims=True), times.sum(0, keepdims=True), np.array([64]))[0] \
+        == pytest.approx(expected, rel=1e-4)
+    model.save(tmp_path / "m.json")
+    assert np.allclose(NeuralCostModel.load(tmp_path / "m.json").predict([big])[0], f, rtol=1e-5)
+    # a file written before the bound existed has none, and predicts as it was trained: unbounded
+    state = json.loads((tmp_path / "m.json").read_text())
+    del state["context_range"]
+    (tmp_path / "old.json").write_text(json.dumps(state))
+    old = NeuralCostModel.load(tmp_path / "old.json")
+    assert old.context_range is None
+    unbounded = np.exp(np.logaddexp(np.log(time_sum + 1e-9) + ctx[:2], ctx[2:]))
+    assert old.predict([big])[0][0] == pytest.approx(unbounded[0], rel=1e-4)
+
+
 def test_train_round_trip_on_a_tiny_collected_sample(tmp_path):
     from shardplan.cost.train import train_and_report
 

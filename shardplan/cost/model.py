@@ -71,6 +71,9 @@ class _SetNet(nn.Module):
             self.register_buffer("total_std", torch.as_tensor(np.asarray(totals[1])[idx], dtype=torch.float32))
             self.total_index = idx
         self.context = nn.Sequential(nn.Linear(code + 1 + self.n_totals, hidden), nn.SiLU(), nn.Linear(hidden, 4))
+        # The context's outputs (log factor, log overhead; fwd, bwd) are held within the range they took on
+        # the training sets, once fitted (NeuralCostModel._bound_context); None while training.
+        self.context_bounds: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-shard codes ``[..., C]`` (``C`` learnt columns, then any raw totals) and per-shard times
@@ -93,6 +96,8 @@ class _SetNet(nn.Module):
         """Log ms ``[N, 2]`` of sets given their summed codes, summed shard times and sizes ``[N, 1]``."""
         count = count.clamp(min=1.0)
         ctx = self.context(self.context_input(code_sum, count))
+        if self.context_bounds is not None:
+            ctx = torch.clamp(ctx, *self.context_bounds)
         log_factor, log_overhead = ctx[:, :2], ctx[:, 2:]
         return torch.logaddexp(torch.log(time_sum + 1e-9) + log_factor, log_overhead)
 
@@ -180,6 +185,8 @@ class NeuralCostModel:
         self.net: _SetNet | None = None
         # log ms (fwd, bwd) that random shard sets sit above the level predicted (a planner's ranks)
         self.random_offset = np.zeros(2, dtype=np.float32)
+        # [2, 4]: the lowest and highest context outputs on the training sets (see fit); None: unbounded
+        self.context_range: np.ndarray | None = None
         self.mean = np.zeros(len(FEATURE_NAMES), dtype=np.float32)
         self.std = np.ones(len(FEATURE_NAMES), dtype=np.float32)
         self.metadata: dict[str, Any] = {}
@@ -239,6 +246,15 @@ class NeuralCostModel:
         shards does not tell from one. A candidate (2026-11-24, the profile's
         ``candidates/context-totals/``), not the committed recipe: ``docs/cost-model.md``, "Totals in
         the set context".
+
+        Once fitted, the set context's outputs (the log fusion factor and log overhead of each head)
+        are held within the range they took on the training sets (``context_range``). Why: the context
+        is a free-form MLP, and read off sets larger than any trained on it extrapolates the fusion
+        factor without end, while the kernels' factor levels off once the set's data no longer fit in
+        cache. On the Xeon host (2026-11-24), sets of 16-40 shards measured 1.73x and 1.83x the sum of
+        their shards alone in their two slowest fifths, where the unbounded model said 1.71x and 2.59x
+        (MAPE on those sets 15.4%; bounded 11.7%). Where the training sets reach as far as the larger
+        ones (the AMD host's), the bound does not bind.
         """
         if len(sets) != len(fwd_ms) or len(sets) != len(bwd_ms):
             raise InputError("fit", "sets, fwd_ms and bwd_ms must have the same length")
@@ -310,7 +326,31 @@ class NeuralCostModel:
             bar.set_postfix(loss=f"{total / len(order):.4f}")
         self.net.eval()
         self.random_offset = offset.detach().numpy().copy()
+        self._bound_context(xt, mt)
         return self
+
+    def _bound_context(self, x: torch.Tensor, mask: torch.Tensor, chunk: int = 4096) -> None:
+        """Set ``context_range`` to the lowest and highest context outputs over the fitted sets' parts
+        (scaled features ``x [N, S, F]``, ``mask [N, S]``) and hold the context within it from now on."""
+        assert self.net is not None
+        self.net.context_bounds = None
+        lows, highs = [], []
+        with torch.no_grad():
+            for k in range(0, len(x), chunk):
+                xs, ms = x[k:k + chunk], mask[k:k + chunk]
+                codes, _ = self.net.encode(xs)
+                count = ms.sum(dim=1, keepdim=True)
+                ctx = self.net.context(self.net.context_input((codes * ms.unsqueeze(-1)).sum(dim=1),
+                                                              count.clamp(min=1.0)))[count[:, 0] > 0]
+                lows.append(ctx.min(dim=0).values)
+                highs.append(ctx.max(dim=0).values)
+        self._set_context_range(np.stack([torch.stack(lows).min(dim=0).values.numpy(),
+                                          torch.stack(highs).max(dim=0).values.numpy()]))
+
+    def _set_context_range(self, bounds: np.ndarray | None) -> None:
+        assert self.net is not None
+        self.context_range = None if bounds is None else np.asarray(bounds, dtype=np.float32)
+        self.net.context_bounds = None if bounds is None else tuple(torch.from_numpy(b) for b in self.context_range)
 
     def _new_net(self) -> _SetNet:
         return _SetNet(len(FEATURE_NAMES), self.hidden, self.code,
@@ -412,6 +452,8 @@ class NeuralCostModel:
             parts.append((np.log2(1.0 + totals) - TOTALS_CENTRE) / TOTALS_SCALE)
         h = np.concatenate(parts, axis=1) @ w1 + b1
         ctx = (h / (1.0 + np.exp(-h))) @ w2 + b2  # SiLU, then the 4 outputs
+        if self.context_range is not None:
+            ctx = np.clip(ctx, self.context_range[0], self.context_range[1])
         y = np.logaddexp(np.log(np.maximum(np.asarray(time_sum, np.float32), 0.0) + 1e-9) + ctx[:, :2], ctx[:, 2:])
         return np.where(count > 0, np.exp(y), 0.0)
 
@@ -440,6 +482,7 @@ class NeuralCostModel:
                       "group_tilt": self.group_tilt, "random_level": self.random_level,
                       "split_batches": self.split_batches, "context_totals": self.context_totals},
             "mean": self.mean.tolist(), "std": self.std.tolist(), "random_offset": self.random_offset.tolist(),
+            "context_range": None if self.context_range is None else self.context_range.tolist(),
             "state_dict": {k: v.tolist() for k, v in self.net.state_dict().items()},
             "metadata": {"saved": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                          **self.metadata},
@@ -464,6 +507,8 @@ class NeuralCostModel:
             model.net = model._new_net()
             model.net.load_state_dict({k: torch.tensor(v) for k, v in state["state_dict"].items()})
             model.net.eval()
+            # files written before the bound existed have none: their context is unbounded, as trained
+            model._set_context_range(state.get("context_range"))
             model.metadata = state.get("metadata", {})
         except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
             raise InputError(str(path), f"not a usable compute-cost model: {e}",
