@@ -157,11 +157,9 @@ def test_context_is_held_within_the_range_it_took_on_the_training_sets(tmp_path)
 
     def raw_context(specs):
         x, mask, _ = model.network_inputs([specs])
-        m = torch.from_numpy(mask).unsqueeze(-1)
         with torch.no_grad():
-            codes, times = net.encode(torch.from_numpy(x))
-            ctx = net.context(net.context_input((codes * m).sum(dim=1), m.sum(dim=1)))
-        return ctx[0].numpy(), (times * m).sum(dim=1)[0].numpy()
+            code_sum, time_sum, count = net.pooled(torch.from_numpy(x), torch.from_numpy(mask))
+            return net.raw_context(code_sum, count)[0].numpy(), time_sum[0].numpy()
 
     train_ctx = np.array([raw_context(s)[0] for s in sets])
     assert np.allclose(train_ctx.min(0), lo, atol=1e-5) and np.allclose(train_ctx.max(0), hi, atol=1e-5)

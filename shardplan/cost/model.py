@@ -92,10 +92,19 @@ class _SetNet(nn.Module):
             parts.append((torch.log2(1.0 + code_sum[:, self.code:]) - TOTALS_CENTRE) / TOTALS_SCALE)
         return torch.cat(parts, dim=1)
 
+    def pooled(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Summed codes, summed shard times and sizes ``[N, 1]`` of padded sets ``x [N, S, F]``, ``mask [N, S]``."""
+        codes, times = self.encode(x)
+        m = mask.unsqueeze(-1)
+        return (codes * m).sum(dim=1), (times * m).sum(dim=1), mask.sum(dim=1, keepdim=True)
+
+    def raw_context(self, code_sum: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        """The context's outputs ``[N, 4]`` (log factor fwd, bwd; log overhead fwd, bwd), unbounded."""
+        return self.context(self.context_input(code_sum, count.clamp(min=1.0)))
+
     def combine(self, code_sum: torch.Tensor, time_sum: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
         """Log ms ``[N, 2]`` of sets given their summed codes, summed shard times and sizes ``[N, 1]``."""
-        count = count.clamp(min=1.0)
-        ctx = self.context(self.context_input(code_sum, count))
+        ctx = self.raw_context(code_sum, count)
         if self.context_bounds is not None:
             ctx = torch.clamp(ctx, *self.context_bounds)
         log_factor, log_overhead = ctx[:, :2], ctx[:, 2:]
@@ -103,9 +112,7 @@ class _SetNet(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Log ms ``[N, 2]`` (fwd, bwd) for padded sets ``x [N, S, F]`` with ``mask [N, S]``."""
-        codes, times = self.encode(x)
-        m = mask.unsqueeze(-1)
-        return self.combine((codes * m).sum(dim=1), (times * m).sum(dim=1), mask.sum(dim=1, keepdim=True))
+        return self.combine(*self.pooled(x, mask))
 
 
 def batch_parts(sets: list[list[ShardSpec]]) -> tuple[list[list[ShardSpec]], np.ndarray]:
@@ -253,7 +260,7 @@ class NeuralCostModel:
         factor without end, while the kernels' factor levels off once the set's data no longer fit in
         cache. On the Xeon host (2026-11-24), sets of 16-40 shards measured 1.73x and 1.83x the sum of
         their shards alone in their two slowest fifths, where the unbounded model said 1.71x and 2.59x
-        (MAPE on those sets 15.4%; bounded 11.7%). Where the training sets reach as far as the larger
+        (MAPE on those sets 15.4%; bounded 11.5%). Where the training sets reach as far as the larger
         ones (the AMD host's), the bound does not bind.
         """
         if len(sets) != len(fwd_ms) or len(sets) != len(bwd_ms):
@@ -337,11 +344,8 @@ class NeuralCostModel:
         lows, highs = [], []
         with torch.no_grad():
             for k in range(0, len(x), chunk):
-                xs, ms = x[k:k + chunk], mask[k:k + chunk]
-                codes, _ = self.net.encode(xs)
-                count = ms.sum(dim=1, keepdim=True)
-                ctx = self.net.context(self.net.context_input((codes * ms.unsqueeze(-1)).sum(dim=1),
-                                                              count.clamp(min=1.0)))[count[:, 0] > 0]
+                code_sum, _, count = self.net.pooled(x[k:k + chunk], mask[k:k + chunk])
+                ctx = self.net.raw_context(code_sum, count)[count[:, 0] > 0]
                 lows.append(ctx.min(dim=0).values)
                 highs.append(ctx.max(dim=0).values)
         self._set_context_range(np.stack([torch.stack(lows).min(dim=0).values.numpy(),
