@@ -37,6 +37,13 @@ def _cmd_collect_compute(args: argparse.Namespace) -> int:
 
     profile = get_profile(args.profile)
     pool = [t for name in args.pools.split(",") for t in load_pool(name)]
+    # a targeted collection: only the pools' large (and hot) tables, which the random sets' budgets rarely admit
+    pool = [t for t in pool if t.num_embeddings >= (args.min_table_rows or 0)
+            and t.pooling_factor >= (args.min_pooling or 0.0)]
+    if not pool:
+        raise InputError("--min-table-rows/--min-pooling", f"no table of --pools {args.pools} has "
+                         f"{args.min_table_rows or 0} rows or more and pooling {args.min_pooling or 0} or more",
+                         "lower them or add a pool with such tables")
     default_name = "compute.parquet" if args.max_shards <= 15 else "compute-large.parquet"
     out = Path(args.out) if args.out else profile.dir / default_name
     check_collect_target(profile, out)
@@ -573,6 +580,11 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--repeats", type=int, default=None, help="timed iterations (default: the profile's)")
     cc.add_argument("--min-shards", type=int, default=1)
     cc.add_argument("--max-shards", type=int, default=15)
+    cc.add_argument("--min-table-rows", type=int, default=None,
+                    help="draw only the pools' tables of at least this many rows (a targeted collection of "
+                         "the large tables, which the random sets' budgets rarely admit at high pooling)")
+    cc.add_argument("--min-pooling", type=float, default=None,
+                    help="draw only the pools' tables of at least this mean pooling factor")
     cc.add_argument("--max-seconds", type=float, default=None,
                     help="stop after this long, keeping what was collected (run again to resume)")
     cc.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute.parquet, "

@@ -8,6 +8,7 @@ from shardplan.cli import main
 from shardplan.cost.estimator import PlanEstimator, comm_model_for
 from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile
+from shardplan.cost.specs import specs_from_json
 from shardplan.domain import Table
 from shardplan.errors import InfeasibleError
 from shardplan.formats import load_plan, load_task, task_to_dict
@@ -427,3 +428,14 @@ def test_row_wise_move_cuts_the_table_it_crowds_out():
     spec["topology"]["memory_per_rank_gb"] = 1.05 * shard_bytes(
         load_task(spec), narrow, "table_wise", Shard(0, 0, narrow.num_embeddings, 0, 4)) / GB
     assert _room_variants(load_task(spec), (("tw", 1), ("rw", 0))) == []
+
+
+def test_targeted_collection_draws_only_the_tables_asked_for(tmp_path, capsys):
+    out = tmp_path / "big.parquet"
+    assert main(["collect", "compute", "--samples", "1", "--min-table-rows", "10000000000", "--out", str(out)]) == 2
+    assert "--min-table-rows" in capsys.readouterr().err and not out.exists()
+    # the large hot tables exist in the default pools, and a set drawn from them holds nothing else
+    assert main(["collect", "compute", "--samples", "2", "--max-shards", "2", "--min-table-rows", "500000",
+                 "--min-pooling", "20", "--repeats", "1", "--out", str(out)]) == 0
+    for shards in pd.read_parquet(out)["shards"]:
+        assert all(s.table_rows >= 500_000 and s.pooling_factor >= 20 for s in specs_from_json(shards))
