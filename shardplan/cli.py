@@ -37,6 +37,9 @@ def _cmd_collect_compute(args: argparse.Namespace) -> int:
 
     profile = get_profile(args.profile)
     pool = [t for name in args.pools.split(",") for t in load_pool(name)]
+    for flag, v in (("--min-table-rows", args.min_table_rows), ("--min-pooling", args.min_pooling)):
+        if v is not None and v < 0:
+            raise InputError(flag, f"must be >= 0, got {v}", "give a lower bound on the tables to draw, or leave it out")
     # a targeted collection: only the pools' large (and hot) tables, which the random sets' budgets rarely admit
     pool = [t for t in pool if t.num_embeddings >= (args.min_table_rows or 0)
             and t.pooling_factor >= (args.min_pooling or 0.0)]
