@@ -38,14 +38,13 @@ def _cmd_collect_compute(args: argparse.Namespace) -> int:
     profile = get_profile(args.profile)
     pool = [t for name in args.pools.split(",") for t in load_pool(name)]
     for flag, v in (("--min-table-rows", args.min_table_rows), ("--min-pooling", args.min_pooling)):
-        if v is not None and v < 0:
+        if v < 0:
             raise InputError(flag, f"must be >= 0, got {v}", "give a lower bound on the tables to draw, or leave it out")
     # a targeted collection: only the pools' large (and hot) tables, which the random sets' budgets rarely admit
-    pool = [t for t in pool if t.num_embeddings >= (args.min_table_rows or 0)
-            and t.pooling_factor >= (args.min_pooling or 0.0)]
+    pool = [t for t in pool if t.num_embeddings >= args.min_table_rows and t.pooling_factor >= args.min_pooling]
     if not pool:
         raise InputError("--min-table-rows/--min-pooling", f"no table of --pools {args.pools} has "
-                         f"{args.min_table_rows or 0} rows or more and pooling {args.min_pooling or 0} or more",
+                         f"{args.min_table_rows} rows or more and pooling {args.min_pooling} or more",
                          "lower them or add a pool with such tables")
     default_name = "compute.parquet" if args.max_shards <= 15 else "compute-large.parquet"
     out = Path(args.out) if args.out else profile.dir / default_name
@@ -300,14 +299,13 @@ def _cmd_searchers(args: argparse.Namespace) -> int:
 
 
 def _cmd_profiles(args: argparse.Namespace) -> int:
-    from .cost.profiles import PROFILES, host_cpu, host_profile, runs_here
+    from .cost.profiles import PROFILES, host_cpu, host_profile, measured_on_this_cpu
 
     here = host_profile()
     print(f"this host: {host_cpu()!r}; its profile: {here.name if here else 'none trained'}")
     for name, p in PROFILES.items():
         trained = "trained" if (p.dir / "compute-model.json").exists() else "no compute model"
-        tags = [t for t, on in (("default", name == DEFAULT_PROFILE), ("this host", p.device == "cpu"
-                                and p.cpu_model and runs_here(p))) if on]
+        tags = [t for t, on in (("default", name == DEFAULT_PROFILE), ("this host", measured_on_this_cpu(p))) if on]
         print(f"{name:<14}{', '.join(tags):<20}{trained:<18}{p.description}")
     return 0
 
@@ -583,10 +581,10 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--repeats", type=int, default=None, help="timed iterations (default: the profile's)")
     cc.add_argument("--min-shards", type=int, default=1)
     cc.add_argument("--max-shards", type=int, default=15)
-    cc.add_argument("--min-table-rows", type=int, default=None,
+    cc.add_argument("--min-table-rows", type=int, default=0,
                     help="draw only the pools' tables of at least this many rows (a targeted collection of "
                          "the large tables, which the random sets' budgets rarely admit at high pooling)")
-    cc.add_argument("--min-pooling", type=float, default=None,
+    cc.add_argument("--min-pooling", type=float, default=0.0,
                     help="draw only the pools' tables of at least this mean pooling factor")
     cc.add_argument("--max-seconds", type=float, default=None,
                     help="stop after this long, keeping what was collected (run again to resume)")

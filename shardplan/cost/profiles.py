@@ -118,10 +118,16 @@ def runs_here(profile: Profile) -> bool:
     return profile.device != "cpu" or not profile.cpu_model or host_cpu().startswith(profile.cpu_model)
 
 
+def measured_on_this_cpu(profile: Profile) -> bool:
+    """Whether ``profile`` is a CPU profile whose recorded CPU is this host's (stricter than
+    :func:`runs_here`, which also passes GPU profiles and profiles that record no CPU)."""
+    return profile.device == "cpu" and bool(profile.cpu_model) and runs_here(profile)
+
+
 def host_profile() -> Profile | None:
     """The CPU profile measured on this host's CPU that has a trained compute model, if any."""
     for p in PROFILES.values():
-        if p.device == "cpu" and p.cpu_model and runs_here(p) and (p.dir / "compute-model.json").exists():
+        if measured_on_this_cpu(p) and (p.dir / "compute-model.json").exists():
             return p
     return None
 
