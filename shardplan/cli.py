@@ -31,7 +31,7 @@ def _estimator(args: argparse.Namespace):
 
 
 def _cmd_collect_compute(args: argparse.Namespace) -> int:
-    from .cost.collect import collect_compute
+    from .cost.collect import COLLECT_DIMS, collect_compute
     from .cost.profiles import check_collect_target, get_profile
     from .pools import load_pool
 
@@ -40,6 +40,9 @@ def _cmd_collect_compute(args: argparse.Namespace) -> int:
     for flag, v in (("--min-table-rows", args.min_table_rows), ("--min-pooling", args.min_pooling)):
         if v < 0:
             raise InputError(flag, f"must be >= 0, got {v}", "give a lower bound on the tables to draw, or leave it out")
+    if not 0 <= args.min_cols <= max(COLLECT_DIMS):
+        raise InputError("--min-cols", f"must be within 0..{max(COLLECT_DIMS)}, got {args.min_cols}",
+                         f"give a lower bound on the dims to draw (they come from {list(COLLECT_DIMS)}), or leave it out")
     # a targeted collection: only the pools' large (and hot) tables, which the random sets' budgets rarely admit
     pool = [t for t in pool if t.num_embeddings >= args.min_table_rows and t.pooling_factor >= args.min_pooling]
     if not pool:
@@ -51,7 +54,7 @@ def _cmd_collect_compute(args: argparse.Namespace) -> int:
     check_collect_target(profile, out)
     df = collect_compute(profile, pool, out, args.samples, seed=args.seed, optimizer=args.optimizer,
                          repeats=args.repeats, min_shards=args.min_shards, max_shards=args.max_shards,
-                         max_seconds=args.max_seconds)
+                         max_seconds=args.max_seconds, min_cols=args.min_cols)
     print(f"{out}: {len(df)} samples")
     return 0
 
@@ -586,6 +589,9 @@ def build_parser() -> argparse.ArgumentParser:
                          "the large tables, which the random sets' budgets rarely admit at high pooling)")
     cc.add_argument("--min-pooling", type=float, default=0.0,
                     help="draw only the pools' tables of at least this mean pooling factor")
+    cc.add_argument("--min-cols", type=int, default=0,
+                    help="draw only dims of at least this many columns (dims are re-drawn per shard; with "
+                         "--min-table-rows/--min-pooling, sets whose rows touched leave the cache)")
     cc.add_argument("--max-seconds", type=float, default=None,
                     help="stop after this long, keeping what was collected (run again to resume)")
     cc.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute.parquet, "

@@ -436,8 +436,11 @@ def test_targeted_collection_draws_only_the_tables_asked_for(tmp_path, capsys):
     assert "--min-table-rows" in capsys.readouterr().err and not out.exists()
     assert main(["collect", "compute", "--samples", "1", "--min-pooling", "-1", "--out", str(out)]) == 2
     assert "--min-pooling: must be >= 0" in capsys.readouterr().err and not out.exists()
+    assert main(["collect", "compute", "--samples", "1", "--min-cols", "129", "--out", str(out)]) == 2
+    assert "--min-cols: must be within 0..128" in capsys.readouterr().err and not out.exists()
     # the large hot tables exist in the default pools, and a set drawn from them holds nothing else
     assert main(["collect", "compute", "--samples", "2", "--max-shards", "1", "--min-table-rows", "500000",
-                 "--min-pooling", "20", "--repeats", "1", "--out", str(out)]) == 0
+                 "--min-pooling", "20", "--min-cols", "64", "--repeats", "1", "--out", str(out)]) == 0
     for shards in pd.read_parquet(out)["shards"]:
-        assert all(s.table_rows >= 500_000 and s.pooling_factor >= 20 for s in specs_from_json(shards))
+        assert all(s.table_rows >= 500_000 and s.pooling_factor >= 20 and s.cols >= 64
+                   for s in specs_from_json(shards))

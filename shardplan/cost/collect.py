@@ -44,16 +44,19 @@ ROW_SPLITS = (2, 4, 8)
 
 
 def random_sample(rng: np.random.Generator, pool: list[Table], profile: Profile,
-                  min_shards: int = 1, max_shards: int = 15) -> list[ShardSpec]:
+                  min_shards: int = 1, max_shards: int = 15, min_cols: int = 0) -> list[ShardSpec]:
     """A random shard set within the profile's per-sample weight and lookup budgets.
 
     The budgets grow with ``max_shards`` beyond 15 so that larger sets are not
-    just more of the smallest shards.
+    just more of the smallest shards. ``min_cols`` draws only the dims of at least that
+    many columns (a targeted collection of wide hot shards); at 0 the draws are exactly the
+    default collection's.
     """
     batch = int(rng.choice(profile.collect_batch_sizes))
     n = int(rng.integers(min_shards, max_shards + 1))
     scale = max(1.0, max_shards / 15)
-    w = np.array(COLLECT_DIM_WEIGHTS, dtype=float)
+    dims = np.array([d for d in COLLECT_DIMS if d >= min_cols])
+    w = np.array([wt for d, wt in zip(COLLECT_DIMS, COLLECT_DIM_WEIGHTS) if d >= min_cols], dtype=float)
     specs: list[ShardSpec] = []
     weight_bytes = 0
     lookup_floats = 0.0
@@ -61,7 +64,7 @@ def random_sample(rng: np.random.Generator, pool: list[Table], profile: Profile,
     while len(specs) < n and attempts < 20 * n:
         attempts += 1
         t = pool[int(rng.integers(len(pool)))]
-        cols = int(rng.choice(COLLECT_DIMS, p=w / w.sum()))
+        cols = int(rng.choice(dims, p=w / w.sum()))
         table_rows = min(t.num_embeddings, profile.max_rows)
         row_offset, rows = 0, table_rows
         if table_rows >= 64 and rng.random() < 0.3:
@@ -194,10 +197,11 @@ def retime(profile: Profile, src: Path, out: Path, flush_every: int = 25) -> pd.
 def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples: int, seed: int = 0,
                     optimizer: str = "sgd", dtype: str = "fp32", flush_every: int = 25,
                     warmup: int | None = None, repeats: int | None = None, min_shards: int = 1,
-                    max_shards: int = 15, max_seconds: float | None = None) -> pd.DataFrame:
+                    max_shards: int = 15, max_seconds: float | None = None, min_cols: int = 0) -> pd.DataFrame:
     """Append samples to ``out`` until it holds ``num_samples`` rows of this seed; resumable.
 
-    ``warmup``/``repeats`` default to the profile's timing protocol. With ``max_seconds`` it stops
+    ``warmup``/``repeats`` default to the profile's timing protocol; ``min_cols`` as in
+    :func:`random_sample`. With ``max_seconds`` it stops
     (what it has written kept) once that much time has passed, so that a lent machine's time limit
     ends a call cleanly and the next call resumes.
     """
@@ -216,7 +220,7 @@ def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples:
         if deadline is not None and time.monotonic() > deadline:
             break
         rng = np.random.default_rng([seed, i])
-        specs = random_sample(rng, pool, profile, min_shards, max_shards)
+        specs = random_sample(rng, pool, profile, min_shards, max_shards, min_cols)
         rows.append({"seed": seed, "sample": i, "source": "random",
                      **timed_row(specs, optimizer, dtype, profile, i, warmup, repeats, quiet_ms), **stamp})
         if len(rows) >= flush_every:
