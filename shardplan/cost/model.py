@@ -41,6 +41,10 @@ MODEL_FORMAT = "shardplan/compute-model@1"
 TOTAL_FEATURES = ("log_lookup_floats", "log_update_floats", "log_weight_bytes")
 TOTALS_CENTRE, TOTALS_SCALE = 20.0, 8.0
 OFFSET_LR_SCALE = 20.0  # the random sets' level offset learns this many times faster than the weights
+# The set context is held within the range it took on the training sets, less this share of them at
+# each end: the extremes are a handful of sets, and one outlier would license the extrapolation the
+# bound is there to stop (see NeuralCostModel.fit).
+CONTEXT_TRIM_PERCENT = 0.5
 
 
 class _SetNet(nn.Module):
@@ -255,7 +259,8 @@ class NeuralCostModel:
         the set context".
 
         Once fitted, the set context's outputs (the log fusion factor and log overhead of each head)
-        are held within the range they took on the training sets (``context_range``). Why: the context
+        are held within the range they took on the training sets, less the outermost
+        ``CONTEXT_TRIM_PERCENT`` at each end (``context_range``). Why: the context
         is a free-form MLP, and read off sets larger than any trained on it extrapolates the fusion
         factor without end, while the kernels' factor levels off once the set's data no longer fit in
         cache. On the Xeon host (2026-11-24), sets of 16-40 shards measured 1.73x and 1.83x the sum of
@@ -337,19 +342,18 @@ class NeuralCostModel:
         return self
 
     def _bound_context(self, x: torch.Tensor, mask: torch.Tensor, chunk: int = 4096) -> None:
-        """Set ``context_range`` to the lowest and highest context outputs over the fitted sets' parts
-        (scaled features ``x [N, S, F]``, ``mask [N, S]``) and hold the context within it from now on."""
+        """Set ``context_range`` to the range the context outputs took over the fitted sets' parts
+        (scaled features ``x [N, S, F]``, ``mask [N, S]``), less ``CONTEXT_TRIM_PERCENT`` at each end,
+        and hold the context within it from now on."""
         assert self.net is not None
         self.net.context_bounds = None
-        lows, highs = [], []
+        outputs = []
         with torch.no_grad():
             for k in range(0, len(x), chunk):
                 code_sum, _, count = self.net.pooled(x[k:k + chunk], mask[k:k + chunk])
-                ctx = self.net.raw_context(code_sum, count)[count[:, 0] > 0]
-                lows.append(ctx.min(dim=0).values)
-                highs.append(ctx.max(dim=0).values)
-        self._set_context_range(np.stack([torch.stack(lows).min(dim=0).values.numpy(),
-                                          torch.stack(highs).max(dim=0).values.numpy()]))
+                outputs.append(self.net.raw_context(code_sum, count)[count[:, 0] > 0].numpy())
+        ctx = np.concatenate(outputs)
+        self._set_context_range(np.percentile(ctx, [CONTEXT_TRIM_PERCENT, 100.0 - CONTEXT_TRIM_PERCENT], axis=0))
 
     def _set_context_range(self, bounds: np.ndarray | None) -> None:
         assert self.net is not None
