@@ -1,0 +1,98 @@
+"""How far one plan rank's own timing drifts: is a rank's miss the model's or the instrument's?
+
+A plan's ranks are timed exactly as the cost labels are (one FBGEMM op, the
+profile's warm-up and timed iterations, divided by the reference workload's
+slowdown), over and over, the ranks taking turns, for a minute or two. A rank
+whose readings swing far more than the others', with a reference that does not
+follow, is one the host's memory system moves under (a busy neighbour on the
+shared cache or memory bus slows memory-latency-bound ranks most): one timing,
+or two runs' consensus taken in one state of the host, then says little about
+the model's error on it. Prints a table and writes
+``bench/results/rank-drift-<name>.{md,csv}``.
+
+    MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 taskset -c 1 .venv/bin/python \\
+      bench/rank_drift.py --task data/tasks/unseen-b/unseen-b-08.json --ranks 0,3 --profile cpu-2c-xeon
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from shardplan.cost.estimator import load_estimator
+from shardplan.cost.kernel import slowdown, time_specs_bracketed
+from shardplan.cost.profiles import get_profile, load1, reference_ms
+from shardplan.cost.specs import rank_specs
+from shardplan.errors import InputError
+from shardplan.formats import load_task
+from shardplan.search import get_searcher
+from provenance import provenance, write_report  # siblings: bench/ is on sys.path when run
+
+ID_SEEDS = (101, 102, 103)  # not the cost data's seeds: independent ids, as plan measurements use
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--task", required=True, help="a task file")
+    ap.add_argument("--searcher", default="torchrec")
+    ap.add_argument("--ranks", required=True, help="comma-separated ranks of the plan to time in turns")
+    ap.add_argument("--profile", default="cpu-2c")
+    ap.add_argument("--reps", type=int, default=8, help="turns; each times every rank once per id seed")
+    ap.add_argument("--pause", type=float, default=5.0, help="seconds between turns")
+    ap.add_argument("--name", help="results file stem (default the task's name and the ranks)")
+    ap.add_argument("--out", default="bench/results")
+    args = ap.parse_args()
+    profile = get_profile(args.profile)
+    profile.use_threads()
+    quiet = reference_ms(profile)
+    if quiet is None:
+        raise InputError("--profile", f"{profile.name} has no quiet reference yet", "train the profile's model first")
+    task = load_task(args.task)
+    est = load_estimator(profile.name)
+    specs = rank_specs(get_searcher(args.searcher).plan(task, est))
+    ranks = [int(r) for r in args.ranks.split(",")]
+    for r in ranks:
+        if not 0 <= r < len(specs) or not specs[r]:
+            raise InputError("--ranks", f"rank {r} holds no shards in {args.searcher}'s plan of {task.name}",
+                             f"give ranks among {[i for i, s in enumerate(specs) if s]}")
+    f, b = est.compute.predict([specs[r] for r in ranks])
+    predicted = dict(zip(ranks, f + b))
+    load_before = load1()
+    rows = []
+    for rep in range(args.reps):
+        for r in ranks:
+            for seed in ID_SEEDS:
+                bt = time_specs_bracketed(specs[r], "sgd", "fp32", profile.device, seed, profile.warmup,
+                                          profile.repeats, quiet_ms=quiet)
+                sd = slowdown(bt.ref_before_ms, bt.ref_after_ms, quiet)
+                rows.append({"rep": rep, "time": dt.datetime.now(dt.timezone.utc).strftime("%H:%M:%S"), "rank": r,
+                             "id_seed": seed, "raw_ms": bt.timing.fwd_ms + bt.timing.bwd_ms, "slowdown": sd,
+                             "ms": (bt.timing.fwd_ms + bt.timing.bwd_ms) / sd, "predicted_ms": predicted[r]})
+        time.sleep(args.pause)
+    df = pd.DataFrame(rows)
+    summary = []
+    for r, g in df.groupby("rank"):
+        per_rep = g.groupby("rep")["ms"].median()
+        med = float(g["ms"].median())
+        summary.append(f"| {r} | {len(specs[r])} | {predicted[r]:.2f} | {med:.2f} | {predicted[r] / med - 1:+.1%} | "
+                       f"{g['ms'].quantile(0.1):.2f}-{g['ms'].quantile(0.9):.2f} | {per_rep.min():.2f}-{per_rep.max():.2f} | "
+                       f"{per_rep.max() / per_rep.min():.2f} | {float(np.mean(np.abs(predicted[r] / g['ms'] - 1) <= 0.15)):.0%} |")
+    md = [f"# How far the timing of {args.searcher}'s ranks {args.ranks} of `{task.name}` drifts", "",
+          *provenance(load_before, f"; reference {df.slowdown.min():.2f}-{df.slowdown.max():.2f}x quiet."), "",
+          f"Measured: each rank timed as the cost labels are (one FBGEMM op, {profile.warmup} warm-up and "
+          f"{profile.repeats} timed iterations, divided by the reference's slowdown), id seeds {list(ID_SEEDS)}, "
+          f"{args.reps} turns {args.pause:g} s apart, the ranks taking turns. Predicted: the committed neural "
+          f"`{profile.name}` model.", "",
+          "| rank | shards | predicted ms | median measured ms | model error | readings p10-p90 | turns' medians min-max | "
+          "max/min of turns | readings within 15% of the model |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- |", *summary, "",
+          "Every reading:", "", df.to_markdown(index=False, floatfmt=".3f")]
+    write_report(Path(args.out), args.name or f"rank-drift-{task.name}-r{args.ranks.replace(',', '-')}", md, df)
+
+
+if __name__ == "__main__":
+    main()
