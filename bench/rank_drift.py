@@ -18,21 +18,56 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from shardplan.cost.estimator import load_estimator
-from shardplan.cost.kernel import slowdown, time_specs_bracketed
-from shardplan.cost.profiles import get_profile, load1, reference_ms
-from shardplan.cost.specs import rank_specs
+from shardplan.cost.kernel import BracketedTiming, slowdown, time_specs_bracketed
+from shardplan.cost.profiles import Profile, get_profile, load1, reference_ms
+from shardplan.cost.specs import ShardSpec, rank_specs
 from shardplan.errors import InputError
 from shardplan.formats import load_task
 from shardplan.search import get_searcher
 from provenance import provenance, write_report  # siblings: bench/ is on sys.path when run
 
 ID_SEEDS = (101, 102, 103)  # not the cost data's seeds: independent ids, as plan measurements use
+
+
+def time_in_turns(specs: dict[int, list[ShardSpec]], profile: Profile, quiet_ms: float, reps: int,
+                  pause_s: float, timer: Callable[..., BracketedTiming] = time_specs_bracketed) -> pd.DataFrame:
+    """``reps`` turns, each timing every rank once per id seed as the labels are timed (divided by the
+    reference's slowdown over ``quiet_ms``), ``pause_s`` apart: one row per reading."""
+    rows = []
+    for rep in range(reps):
+        for r, rank in specs.items():
+            for seed in ID_SEEDS:
+                bt = timer(rank, "sgd", "fp32", profile.device, seed, profile.warmup, profile.repeats, quiet_ms=quiet_ms)
+                sd = slowdown(bt.ref_before_ms, bt.ref_after_ms, quiet_ms)
+                raw = bt.timing.fwd_ms + bt.timing.bwd_ms
+                rows.append({"rep": rep, "time": dt.datetime.now(dt.timezone.utc).strftime("%H:%M:%S"), "rank": r,
+                             "id_seed": seed, "raw_ms": raw, "slowdown": sd, "ms": raw / sd})
+        if rep + 1 < reps:
+            time.sleep(pause_s)
+    return pd.DataFrame(rows)
+
+
+def drift_summary(df: pd.DataFrame, shards: dict[int, int]) -> pd.DataFrame:
+    """Per rank of :func:`time_in_turns`'s readings (with a ``predicted_ms`` column): the median reading,
+    the model's error against it, the readings' 10th-90th percentiles, the lowest and highest of the
+    turns' medians (how far the rank drifted) and the share of readings within 15% of the model."""
+    out = []
+    for r, g in df.groupby("rank"):
+        turns = g.groupby("rep")["ms"].median()
+        pred = float(g["predicted_ms"].iloc[0])
+        med = float(g["ms"].median())
+        out.append({"rank": r, "shards": shards[r], "predicted_ms": pred, "median_ms": med, "error": pred / med - 1,
+                    "p10_ms": g["ms"].quantile(0.1), "p90_ms": g["ms"].quantile(0.9),
+                    "turn_min_ms": turns.min(), "turn_max_ms": turns.max(),
+                    "within_15": float(np.mean(np.abs(pred / g["ms"] - 1) <= 0.15))})
+    return pd.DataFrame(out)
 
 
 def main() -> None:
@@ -62,25 +97,9 @@ def main() -> None:
     f, b = est.compute.predict([specs[r] for r in ranks])
     predicted = dict(zip(ranks, f + b))
     load_before = load1()
-    rows = []
-    for rep in range(args.reps):
-        for r in ranks:
-            for seed in ID_SEEDS:
-                bt = time_specs_bracketed(specs[r], "sgd", "fp32", profile.device, seed, profile.warmup,
-                                          profile.repeats, quiet_ms=quiet)
-                sd = slowdown(bt.ref_before_ms, bt.ref_after_ms, quiet)
-                rows.append({"rep": rep, "time": dt.datetime.now(dt.timezone.utc).strftime("%H:%M:%S"), "rank": r,
-                             "id_seed": seed, "raw_ms": bt.timing.fwd_ms + bt.timing.bwd_ms, "slowdown": sd,
-                             "ms": (bt.timing.fwd_ms + bt.timing.bwd_ms) / sd, "predicted_ms": predicted[r]})
-        time.sleep(args.pause)
-    df = pd.DataFrame(rows)
-    summary = []
-    for r, g in df.groupby("rank"):
-        per_rep = g.groupby("rep")["ms"].median()
-        med = float(g["ms"].median())
-        summary.append(f"| {r} | {len(specs[r])} | {predicted[r]:.2f} | {med:.2f} | {predicted[r] / med - 1:+.1%} | "
-                       f"{g['ms'].quantile(0.1):.2f}-{g['ms'].quantile(0.9):.2f} | {per_rep.min():.2f}-{per_rep.max():.2f} | "
-                       f"{per_rep.max() / per_rep.min():.2f} | {float(np.mean(np.abs(predicted[r] / g['ms'] - 1) <= 0.15)):.0%} |")
+    df = time_in_turns({r: specs[r] for r in ranks}, profile, quiet, args.reps, args.pause)
+    df["predicted_ms"] = df["rank"].map(predicted)
+    summary = drift_summary(df, {r: len(specs[r]) for r in ranks})
     md = [f"# How far the timing of {args.searcher}'s ranks {args.ranks} of `{task.name}` drifts", "",
           *provenance(load_before, f"; reference {df.slowdown.min():.2f}-{df.slowdown.max():.2f}x quiet."), "",
           f"Measured: each rank timed as the cost labels are (one FBGEMM op, {profile.warmup} warm-up and "
@@ -89,7 +108,10 @@ def main() -> None:
           f"`{profile.name}` model.", "",
           "| rank | shards | predicted ms | median measured ms | model error | readings p10-p90 | turns' medians min-max | "
           "max/min of turns | readings within 15% of the model |",
-          "| --- | --- | --- | --- | --- | --- | --- | --- | --- |", *summary, "",
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+          *(f"| {r.rank} | {r.shards} | {r.predicted_ms:.2f} | {r.median_ms:.2f} | {r.error:+.1%} | {r.p10_ms:.2f}-{r.p90_ms:.2f} | "
+            f"{r.turn_min_ms:.2f}-{r.turn_max_ms:.2f} | {r.turn_max_ms / r.turn_min_ms:.2f} | {r.within_15:.0%} |"
+            for r in summary.itertuples()), "",
           "Every reading:", "", df.to_markdown(index=False, floatfmt=".3f")]
     write_report(Path(args.out), args.name or f"rank-drift-{task.name}-r{args.ranks.replace(',', '-')}", md, df)
 
