@@ -7,7 +7,8 @@ whose readings swing far more than the others', with a reference that does not
 follow, is one the host's memory system moves under (a busy neighbour on the
 shared cache or memory bus slows memory-latency-bound ranks most): one timing,
 or two runs' consensus taken in one state of the host, then says little about
-the model's error on it. Prints a table and writes
+the model's error on it. (``bench/reference_tracking.py`` asks the other question: whether the
+reference follows the ranks it divides.) Prints a table and writes
 ``bench/results/rank-drift-<name>.{md,csv}``.
 
     MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 taskset -c 1 .venv/bin/python \\
