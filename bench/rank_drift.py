@@ -25,9 +25,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from shardplan.cost.collect import quiet_reference_ms
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.kernel import BracketedTiming, slowdown, time_specs_bracketed
-from shardplan.cost.profiles import Profile, get_profile, load1, reference_ms
+from shardplan.cost.profiles import Profile, get_profile, load1
 from shardplan.cost.specs import ShardSpec, rank_specs
 from shardplan.errors import InputError
 from shardplan.formats import load_task
@@ -84,11 +85,9 @@ def main() -> None:
     args = ap.parse_args()
     profile = get_profile(args.profile)
     profile.use_threads()
-    quiet = reference_ms(profile)
-    if quiet is None:
-        raise InputError("--profile", f"{profile.name} has no quiet reference yet", "train the profile's model first")
     task = load_task(args.task)
     est = load_estimator(profile.name)
+    quiet = quiet_reference_ms(profile)  # the labels' own divisor
     specs = rank_specs(get_searcher(args.searcher).plan(task, est))
     ranks = [int(r) for r in args.ranks.split(",")]
     for r in ranks:

@@ -55,8 +55,9 @@ def random_sample(rng: np.random.Generator, pool: list[Table], profile: Profile,
     batch = int(rng.choice(profile.collect_batch_sizes))
     n = int(rng.integers(min_shards, max_shards + 1))
     scale = max(1.0, max_shards / 15)
-    dims = np.array([d for d in COLLECT_DIMS if d >= min_cols])
-    w = np.array([wt for d, wt in zip(COLLECT_DIMS, COLLECT_DIM_WEIGHTS) if d >= min_cols], dtype=float)
+    dims, weights = zip(*[(d, wt) for d, wt in zip(COLLECT_DIMS, COLLECT_DIM_WEIGHTS) if d >= min_cols])
+    w = np.array(weights, dtype=float)
+    p = w / w.sum()
     specs: list[ShardSpec] = []
     weight_bytes = 0
     lookup_floats = 0.0
@@ -64,7 +65,7 @@ def random_sample(rng: np.random.Generator, pool: list[Table], profile: Profile,
     while len(specs) < n and attempts < 20 * n:
         attempts += 1
         t = pool[int(rng.integers(len(pool)))]
-        cols = int(rng.choice(dims, p=w / w.sum()))
+        cols = int(rng.choice(dims, p=p))
         table_rows = min(t.num_embeddings, profile.max_rows)
         row_offset, rows = 0, table_rows
         if table_rows >= 64 and rng.random() < 0.3:

@@ -265,9 +265,10 @@ class NeuralCostModel:
         factor without end, while the kernels' factor levels off once the set's data no longer fit in
         cache. On the Xeon host (2026-11-24), sets of 16-40 shards measured 1.73x and 1.83x the sum of
         their shards alone in their two slowest fifths, where the unbounded model said 1.71x and 2.59x
-        (MAPE on those sets 15.4%; bounded 11.5%). The trim: retrained with session 31's targeted sets of hot
-        tables, a few dozen training sets (random and targeted alike) took contexts far out, the untrimmed
-        range let the larger sets' context go as far, and they went back to 15.4%; trimmed, 9.7% (``docs/cost-model.md``, "Past the cache").
+        (MAPE on those sets 15.4%; bounded 11.5%). The trim: retrained with session 31's targeted sets of
+        hot tables, a few dozen training sets (random and targeted alike) took contexts far out, the
+        untrimmed range let the larger sets' context go as far, and they went back to 15.4%; trimmed,
+        9.7% (``docs/cost-model.md``, "Past the cache").
         """
         if len(sets) != len(fwd_ms) or len(sets) != len(bwd_ms):
             raise InputError("fit", "sets, fwd_ms and bwd_ms must have the same length")
