@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import datetime as dt
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import numpy as np
 
 from shardplan.api.launch import running_service
 from shardplan.cost.profiles import get_profile, load1, machine_stamp
+from shardplan.errors import exit_status
 from shardplan.formats import task_to_dict
 from shardplan.pools import load_pool
 from shardplan.taskgen import generate_task
@@ -87,4 +89,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from shardplan.errors import InputError, exit_status
 from shardplan.formats import write_text_atomic
 
 
@@ -58,10 +59,11 @@ def main() -> None:
     args = ap.parse_args()
     df = pd.read_csv(args.csv)
     if "predicted_rank_compute_ms" not in df.columns:
-        sys.exit(f"error: {args.csv} has no per-rank columns (benches before 2026-11-21 lack them); re-run the bench")
+        raise InputError("csv", f"{args.csv} has no per-rank columns (benches before 2026-11-21 lack them)", "re-run the bench")
     table = bound_table(df, args.searcher)
     if table.empty:
-        sys.exit(f"error: {args.csv} has no task planned by both torchrec and {args.searcher}")
+        raise InputError("--searcher", f"{args.csv} has no task planned by both torchrec and {args.searcher}",
+                         "name a searcher the bench ran")
     means = {c: geomean(table[c]) for c in table.columns if c not in ("task", "ranks")}
     summary = (f"{len(table)} tasks; geometric means: TorchRec measured imbalance "
                f"{means['torchrec_imbalance']:.3f}, {args.searcher} {means[f'{args.searcher}_imbalance']:.3f}; "
@@ -76,4 +78,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -20,6 +20,7 @@ FBGEMM CPU kernels; predicted: the committed neural model. Writes
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,7 @@ from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1
-from shardplan.errors import InputError
+from shardplan.errors import InputError, exit_status
 from shardplan.execute.measure import measure_plan_calibrated
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import DEFAULT_SEARCHER, get_searcher
@@ -92,4 +93,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

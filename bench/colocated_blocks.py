@@ -14,6 +14,7 @@ the moments); predicted = the committed neural model. Writes
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from shardplan.cost.kernel import RankOp
 from shardplan.cost.profiles import get_profile, load1
 from shardplan.cost.specs import rank_specs
 from shardplan.domain import Plan
+from shardplan.errors import exit_status
 from shardplan.execute.measure import MEASURE_ID_SEED
 from shardplan.formats import load_plan, write_text_atomic
 from shardplan.search.placement import merge_colocated_blocks
@@ -81,4 +83,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -16,12 +16,14 @@ the plan's = the memory model. Resumable.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import pandas as pd
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1
+from shardplan.errors import exit_status
 from shardplan.execute.bench import resumable_rows, write_results
 from shardplan.execute.dmp import gloo_plans, memory_rows, train_with_plan
 from shardplan.formats import load_task
@@ -111,4 +113,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

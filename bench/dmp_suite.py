@@ -21,12 +21,14 @@ import argparse
 import json
 import math
 import statistics
+import sys
 from pathlib import Path
 
 import pandas as pd
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1
+from shardplan.errors import exit_status
 from shardplan.execute.bench import resumable_rows, write_results
 from shardplan.execute.dmp import compare, gloo_plans
 from shardplan.formats import load_task
@@ -157,4 +159,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

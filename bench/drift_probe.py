@@ -29,6 +29,7 @@ from shardplan.cost.estimator import load_estimator
 from shardplan.cost.kernel import slowdown, time_specs_bracketed
 from shardplan.cost.profiles import get_profile, load1, reference_ms
 from shardplan.cost.specs import rank_specs
+from shardplan.errors import InputError, exit_status
 from shardplan.execute.measure import MEASURE_ID_SEED
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import get_searcher
@@ -47,7 +48,7 @@ def main() -> None:
     torch.set_num_threads(profile.threads or 1)
     quiet = reference_ms(profile)
     if not quiet:
-        sys.exit(f"error: profile {args.profile} has no reference.json (run `shardplan train` first)")
+        raise InputError("--profile", f"profile {args.profile} has no reference.json", "run `shardplan train` first")
     task = load_task(args.task)
     estimator = load_estimator(args.profile)
     plan = get_searcher(args.searcher).plan(task, estimator, seed=0)
@@ -79,4 +80,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -30,6 +30,7 @@ from shardplan.cost.model import NeuralCostModel, _parts_of, _pooled
 from shardplan.cost.profiles import get_profile
 from shardplan.cost.specs import ShardSpec
 from shardplan.cost.train import load_sets
+from shardplan.errors import InputError, exit_status
 
 # sets drawn from each training file for the anchor (file name, how many, load_sets' source filter)
 ANCHOR = (("compute.parquet", 1500, None), ("compute-ranks.parquet", 500, "plan-rank"),
@@ -96,7 +97,8 @@ def main() -> None:
     if args.round is not None:
         keep = np.flatnonzero((df["round"] == args.round).to_numpy())
         if keep.size == 0:
-            sys.exit(f"error: --round {args.round} has no rows in {args.groups} (rounds: {sorted(df['round'].unique())})")
+            raise InputError("--round", f"{args.round} has no rows in {args.groups}",
+                             f"use one of the rounds {sorted(df['round'].unique())}")
         sets, fwd, bwd, df = [sets[i] for i in keep], fwd[keep], bwd[keep], df.iloc[keep]
     rng = np.random.default_rng(0)
     anchor_sets: list[list[ShardSpec]] = []
@@ -114,4 +116,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ import pandas as pd
 
 from shardplan.cost.estimator import PlanEstimator, load_estimator
 from shardplan.cost.profiles import machine_stamp
-from shardplan.errors import InputError
+from shardplan.errors import InputError, exit_status
 from shardplan.execute.dlrm_loop import run_loop
 from shardplan.formats import load_plan, load_task, save_plan, write_text_atomic
 from shardplan.search import get_searcher
@@ -138,4 +139,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

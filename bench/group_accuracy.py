@@ -15,6 +15,7 @@ FBGEMM CPU timings. Writes ``bench/results/group-accuracy-<name>.{md,csv}``.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ import pandas as pd
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1
 from shardplan.cost.train import holdout_mask, level_matched, load_sets, metrics
+from shardplan.errors import exit_status
 from shardplan.formats import write_text_atomic
 from provenance import provenance  # a sibling: bench/ is on sys.path when run
 
@@ -70,4 +72,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -37,7 +37,7 @@ from shardplan.cost.estimator import load_estimator
 from shardplan.cost.kernel import RankOp, time_reference
 from shardplan.cost.profiles import get_profile, load1, reference_ms
 from shardplan.cost.specs import rank_specs
-from shardplan.errors import InputError
+from shardplan.errors import InputError, exit_status
 from shardplan.execute.bench import geomean_vs
 from shardplan.execute.measure import MEASURE_ID_SEED
 from shardplan.formats import load_task, write_text_atomic
@@ -114,7 +114,8 @@ def main() -> None:
         rows += task_rows
         slowdowns += [r / quiet for r in refs]
     if not rows:
-        sys.exit(f"error: no task of {args.suite} is planned by every one of {args.searchers}")
+        raise InputError("--searchers", f"no task of {args.suite} is planned by every one of {args.searchers}",
+                         "leave out a searcher that cannot plan these tasks")
     df = pd.DataFrame(rows)
     costs = plan_costs(df)
     wide = costs.pivot_table(index=["task", "ranks"], columns=["searcher", "protocol"], values="measured_ms")
@@ -152,4 +153,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -25,6 +25,7 @@ from tabulate import tabulate
 
 from shardplan.cost.kernel import slowdown
 from shardplan.cost.profiles import get_profile, reference_ms
+from shardplan.errors import exit_status
 from shardplan.formats import write_text_atomic
 
 
@@ -103,4 +104,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

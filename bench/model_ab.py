@@ -19,6 +19,7 @@ plans with its own comm model), e.g. another CPU's profile against this host's o
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -26,7 +27,7 @@ from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1
-from shardplan.errors import InputError
+from shardplan.errors import InputError, exit_status
 from shardplan.execute.bench import geomean_vs
 from shardplan.execute.measure import measure_plans
 from shardplan.formats import load_task, write_text_atomic
@@ -86,4 +87,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from shardplan.cost.calibration import FEATURES, NEIGHBOURS, PASSES, VISITS, calibrated_timing, labelled_pool
 from shardplan.cost.profiles import get_profile, load1
+from shardplan.errors import InputError, exit_status
 from shardplan.formats import write_text_atomic
 from provenance import provenance  # a sibling: bench/ is on sys.path when run
 
@@ -54,7 +55,8 @@ def main() -> None:
     profile = get_profile(args.profile)
     pool = labelled_pool(profile)
     if not pool.ranks:
-        sys.exit(f"profile {args.profile!r} has no quiet-gated stored ranks")
+        raise InputError("--profile", f"profile {args.profile!r} has no quiet-gated stored ranks",
+                         "collect them with `shardplan collect ranks` first")
     load_before = load1()
     rows = []
     for i in tqdm(pick_targets(args.targets, args.seed, pool.features[:, 0]), desc="targets"):
@@ -97,4 +99,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -49,6 +49,7 @@ import pandas as pd
 
 from shardplan.cost.estimator import PlanEstimator, load_estimator
 from shardplan.cost.specs import ShardSpec, rank_specs
+from shardplan.errors import exit_status
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import get_searcher
 
@@ -213,4 +214,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -32,6 +32,7 @@ from shardplan.cost.estimator import load_estimator
 from shardplan.cost.kernel import RankOp, time_reference
 from shardplan.cost.profiles import get_profile, load1, reference_ms
 from shardplan.cost.specs import ShardSpec, rank_specs
+from shardplan.errors import InputError, exit_status
 from shardplan.execute.measure import MEASURE_ID_SEED
 from shardplan.formats import load_task
 from shardplan.search import DEFAULT_SEARCHER, get_searcher
@@ -67,7 +68,7 @@ def main() -> None:
     plan = get_searcher(DEFAULT_SEARCHER).plan(task, est, seed=0)
     ranks = rank_specs(plan)
     if not 0 <= args.rank < len(ranks):
-        sys.exit(f"error: --rank must be in 0..{len(ranks) - 1}")
+        raise InputError("--rank", f"must be in 0..{len(ranks) - 1}, got {args.rank}")
     specs = ranks[args.rank]
     sets: dict[str, list[ShardSpec]] = {"rank": specs, **{f"alone: {s.table}": [s] for s in specs}}
     pair_rows = []
@@ -75,7 +76,8 @@ def main() -> None:
         names = args.pair.split(",")
         pair = [next((s for s in specs if s.table == n), None) for n in names]
         if len(pair) != 2 or None in pair:
-            sys.exit(f"error: --pair must name two tables on rank {args.rank}: {sorted(s.table for s in specs)}")
+            raise InputError("--pair", f"must name two tables on rank {args.rank}",
+                             f"choose from {sorted(s.table for s in specs)}")
         for f in (float(x) for x in args.scales.split(",")):
             a, b = (scaled(s, f) for s in pair)
             ka, kb, kab = pair_keys(f, a, b)
@@ -132,4 +134,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

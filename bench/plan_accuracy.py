@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import get_profile, load1
 from shardplan.cost.specs import ShardSpec, canonical, rank_specs, specs_to_json
 from shardplan.domain import Plan
-from shardplan.errors import InfeasibleError
+from shardplan.errors import InfeasibleError, exit_status
 from shardplan.execute.bench import machine_state_line, probes_by_task
 from shardplan.cost.fitness import wait_until_fit
 from shardplan.execute.measure import measure_plan, measure_plan_calibrated
@@ -135,4 +136,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

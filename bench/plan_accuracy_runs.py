@@ -44,7 +44,7 @@ import pandas as pd
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.specs import rank_specs
-from shardplan.errors import InfeasibleError
+from shardplan.errors import InfeasibleError, InputError, exit_status
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import get_searcher
 from plan_accuracy import rank_signature  # a sibling script: bench/ is on sys.path when run
@@ -126,8 +126,9 @@ def main() -> None:
         else:
             dropped.append(name)
     if not kept:
-        sys.exit(f"no run of today's {args.searcher} plans with `{args.measured}` "
-                 f"(dropped as other plans or without it: {dropped})")
+        raise InputError("--runs", f"no run of today's {args.searcher} plans with `{args.measured}` "
+                         f"(dropped as other plans or without it: {dropped})",
+                         "give runs of the same plans, or another --measured column")
     meas = pd.DataFrame(kept)
     logm = np.log(meas)
     consensus = np.exp(logm.median(axis=1))
@@ -184,4 +185,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -29,6 +29,7 @@ import pandas as pd
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.train import load_sets
+from shardplan.errors import InputError, exit_status
 from provenance import write_report  # a sibling: bench/ is on sys.path when run
 
 
@@ -101,7 +102,8 @@ def main() -> None:
     args = ap.parse_args()
     pairs = pair_scatter(collections(args.groups, args.searcher))
     if pairs.empty:
-        sys.exit(f"error: no rank of {args.searcher!r} is timed in two collections with the same shards")
+        raise InputError("--searcher", f"no rank of {args.searcher!r} is timed in two collections with the same shards",
+                         "give collections that timed the same plans")
     errors = model_error(args.groups, args.searcher, args.model, args.profile)
     summary = pairs.groupby("same day")["scatter per collection"].agg(["count", "median", "min", "max"])
     md = [f"# How a plan's structure moves between timings: `{args.searcher}` ranks ({args.name})", "",
@@ -119,4 +121,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -17,6 +17,7 @@ carry. Writes ``bench/results/plans-ab-<name>.{md,csv}``.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,7 @@ from tqdm import tqdm
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1
 from shardplan.domain import Plan
-from shardplan.errors import InputError
+from shardplan.errors import InputError, exit_status
 from shardplan.execute.measure import measure_plans
 from shardplan.formats import load_plan, load_task, write_text_atomic
 from shardplan.search import get_searcher
@@ -98,4 +99,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

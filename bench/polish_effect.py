@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import machine_stamp
+from shardplan.errors import exit_status
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search.neuroshard import NeuroShardBeam, NeuroShardTableWise
 from shardplan.search.rl import RLSearcher
@@ -72,4 +73,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

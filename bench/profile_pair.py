@@ -14,6 +14,7 @@ profile's committed neural model, at the random sets' own level as its training 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from scipy.stats import spearmanr
 from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile, load1
 from shardplan.cost.train import holdout_mask, load_sets, reference_nominal
+from shardplan.errors import exit_status
 from provenance import provenance, write_report  # a sibling: bench/ is on sys.path when run
 
 
@@ -99,4 +101,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1, machine_stamp
-from shardplan.errors import InputError
+from shardplan.errors import InputError, exit_status
 from shardplan.execute.measure import measure_plans
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import get_searcher
@@ -104,4 +104,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

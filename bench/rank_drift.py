@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +31,7 @@ from shardplan.cost.estimator import load_estimator
 from shardplan.cost.kernel import BracketedTiming, slowdown, time_specs_bracketed
 from shardplan.cost.profiles import Profile, get_profile, load1
 from shardplan.cost.specs import ShardSpec, rank_specs
-from shardplan.errors import InputError
+from shardplan.errors import InputError, exit_status
 from shardplan.formats import load_task
 from shardplan.search import get_searcher
 from provenance import provenance, write_report  # siblings: bench/ is on sys.path when run
@@ -117,4 +118,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from shardplan.errors import InputError, exit_status
 from shardplan.formats import write_text_atomic
 from shardplan.search import DEFAULT_SEARCHER
 
@@ -106,7 +107,7 @@ def main() -> None:
     runs = args.runs or [Path(p) for p in CURRENT_RUNS]
     missing = [str(p) for p in runs if not p.exists()]
     if missing:
-        sys.exit(f"error: no such bench CSV: {', '.join(missing)}")
+        raise InputError("runs", f"no such bench CSV: {', '.join(missing)}")
     table = pd.DataFrame([run_row(p) for p in runs])
     print(table.to_string(index=False, float_format=lambda x: f"{x:.3f}"))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -129,4 +130,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

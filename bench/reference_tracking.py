@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import itertools
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +38,7 @@ from shardplan.cost.estimator import load_estimator
 from shardplan.cost.kernel import RankOp, slowdown, time_bracketed
 from shardplan.cost.profiles import get_profile, load1, reference_ms
 from shardplan.cost.specs import rank_specs
+from shardplan.errors import exit_status
 from shardplan.execute.measure import MEASURE_ID_SEED
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import get_searcher
@@ -130,4 +132,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -19,6 +19,7 @@ Writes ``bench/results/refine-effect-<name>.{md,csv}``.
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -26,7 +27,7 @@ from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1
-from shardplan.errors import InputError
+from shardplan.errors import InputError, exit_status
 from shardplan.execute.bench import geomean_vs
 from shardplan.execute.measure import measure_plans
 from shardplan.formats import load_task, write_text_atomic
@@ -107,4 +108,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import get_profile, machine_stamp
-from shardplan.errors import InputError
+from shardplan.errors import InputError, exit_status
 from shardplan.formats import write_text_atomic
 from shardplan.pools import load_pool
 from shardplan.search import get_searcher
@@ -74,4 +75,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -31,6 +31,7 @@ import argparse
 import itertools
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +39,7 @@ import pandas as pd
 
 from shardplan.cost.estimator import PlanEstimator, load_estimator
 from shardplan.cost.profiles import load1
+from shardplan.errors import exit_status
 from shardplan.execute.bench import REFERENCE, geomean_vs
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import get_searcher
@@ -132,4 +134,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -21,7 +21,7 @@ import numpy as np
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import get_profile, machine_stamp
 from shardplan.domain import Table, Task, Topology
-from shardplan.errors import InputError
+from shardplan.errors import InputError, exit_status
 from shardplan.formats import write_text_atomic
 from shardplan.memory import GB, table_bytes
 from shardplan.pools import load_pool
@@ -83,4 +83,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

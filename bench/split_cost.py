@@ -19,6 +19,7 @@ predicted = the committed neural model. Writes
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from shardplan.cost.kernel import RankOp, time_reference
 from shardplan.cost.profiles import get_profile, load1, reference_ms
 from shardplan.cost.specs import ShardSpec, rank_specs
 from shardplan.domain import Plan
+from shardplan.errors import exit_status
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import DEFAULT_SEARCHER, get_searcher
 from provenance import provenance  # a sibling: bench/ is on sys.path when run
@@ -117,4 +119,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,7 @@ from shardplan.cost.estimator import PlanEstimator, comm_model_for, load_estimat
 from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile
 from shardplan.cost.specs import ShardSpec
+from shardplan.errors import exit_status
 from shardplan.formats import load_task, save_plan
 from shardplan.search import DEFAULT_SEARCHER, get_searcher
 from shardplan.search.neuroshard import NeuroShardBeam
@@ -110,4 +112,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import sys
 import time
 from pathlib import Path
 
@@ -35,6 +36,7 @@ from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import get_profile, load1
+from shardplan.errors import exit_status
 from shardplan.execute.bench import machine_state_line
 from shardplan.execute.measure import measure_plan
 from shardplan.formats import load_task, write_text_atomic
@@ -115,4 +117,4 @@ def summarize(df: pd.DataFrame) -> pd.DataFrame:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

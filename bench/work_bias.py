@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 
 from shardplan.cost.fitness import PROBE_LABEL_MS, TILT_LABEL_MS
+from shardplan.errors import InputError, exit_status
 from shardplan.formats import write_text_atomic
 
 REFERENCE = "torchrec"
@@ -137,7 +138,8 @@ def main() -> None:
                                                     untilted.get(r["searcher"], (np.nan, np.nan))))}
                  for r in bias_rows(rank_table(df))]
     if not rows:
-        sys.exit("no bench CSV with per-rank figures and TorchRec plans among the runs given")
+        raise InputError("runs", "no bench CSV with per-rank figures and TorchRec plans among the runs given",
+                         "give bench CSVs written since 2026-11-21 that include torchrec")
     table = pd.DataFrame(rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -173,4 +175,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_status(main))

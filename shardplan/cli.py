@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from .cost.profiles import DEFAULT_PROFILE
-from .errors import InputError, MachineUnfitError
+from .errors import InputError, exit_status
 
 COLLECT_POOLS = ("meta_synthetic", "criteo_kaggle", "criteo_terabyte", "mlperf_dlrmv2")
 DEFAULT_TASK = Path(__file__).resolve().parent.parent / "data" / "tasks" / "default.json"
@@ -628,14 +628,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except InputError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except MachineUnfitError as e:  # not bad input: the same command can succeed later
-        print(f"error: {e}", file=sys.stderr)
-        return 3
+    return exit_status(lambda: args.func(args))
 
 
 if __name__ == "__main__":

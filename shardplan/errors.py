@@ -6,6 +6,9 @@ fix it. The CLI turns it into exit code 2, the REST API into HTTP 422.
 """
 from __future__ import annotations
 
+import sys
+from typing import Callable
+
 
 class InputError(ValueError):
     """A task, plan, model file or argument that cannot be used as given."""
@@ -29,3 +32,20 @@ class MachineUnfitError(RuntimeError):
 
     Not bad input: the same command can succeed later. The CLI exits 3.
     """
+
+
+def exit_status(command: Callable[[], int | None]) -> int:
+    """Run ``command`` as a program's body and give its exit status: bad input (:class:`InputError`)
+    prints ``error: <field>: <problem> (<fix>)`` to stderr and gives 2, a machine too disturbed to
+    measure on (:class:`MachineUnfitError`) 3, and otherwise the command's own status (0 for ``None``).
+
+    One place for the rule, so the CLI and the scripts under ``bench/`` answer bad input alike.
+    """
+    try:
+        return command() or 0
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except MachineUnfitError as e:  # not bad input: the same command can succeed later
+        print(f"error: {e}", file=sys.stderr)
+        return 3
