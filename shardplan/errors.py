@@ -2,12 +2,13 @@
 
 Every input problem is a :class:`InputError` that names the offending field
 (a JSON-pointer-like path such as ``tables[3].embedding_dim``) and says how to
-fix it. The CLI turns it into exit code 2, the REST API into HTTP 422.
+fix it. The CLI and the bench scripts turn it into exit code 2 (:func:`exit_status`), the REST
+API into HTTP 422.
 """
 from __future__ import annotations
 
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 
 class InputError(ValueError):
