@@ -28,7 +28,7 @@ import pandas as pd
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1
-from shardplan.errors import exit_status
+from shardplan.errors import InputError, exit_status
 from shardplan.execute.bench import resumable_rows, write_results
 from shardplan.execute.dmp import compare, gloo_plans
 from shardplan.formats import load_task
@@ -106,7 +106,8 @@ def pool(frames: list[pd.DataFrame]) -> pd.DataFrame:
             if not have:
                 continue
             if len({round(c[f"{plan}_predicted_ms"], 9) for c in have}) > 1:
-                raise SystemExit(f"{task}: the {plan} plans differ between the calls (predicted costs differ)")
+                raise InputError("--pool", f"{task}: the {plan} plans differ between the calls (predicted costs "
+                                 "differ)", "pool only calls that planned with the same model")
             row[f"{plan}_samples_per_s"] = statistics.median(runs_of(have, plan))
             row[f"{plan}_runs"] = json.dumps(runs_of(have, plan))
             row[f"{plan}_predicted_ms"] = have[0][f"{plan}_predicted_ms"]

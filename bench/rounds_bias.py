@@ -39,7 +39,7 @@ import pandas as pd
 
 from shardplan.cost.estimator import PlanEstimator, load_estimator
 from shardplan.cost.profiles import load1
-from shardplan.errors import exit_status
+from shardplan.errors import InputError, exit_status
 from shardplan.execute.bench import REFERENCE, geomean_vs
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import get_searcher
@@ -77,8 +77,8 @@ def replanned_comm(r: pd.Series, suite: Path, est: PlanEstimator) -> np.ndarray:
     plan = get_searcher(r.searcher).plan(load_task(suite / f"{r.task}.json"), est, seed=0)
     predicted = np.array([c.compute_ms for c in plan.cost.per_rank])
     if not np.allclose(predicted, json.loads(r.predicted_rank_compute_ms), rtol=1e-3, atol=1e-3):
-        raise SystemExit(f"{r.task}/{r.searcher}: the plan planned now is not the bench's (its predicted "
-                         f"compute differs); pass the bench's --model")
+        raise InputError("--model", f"{r.task}/{r.searcher}: the plan planned now is not the bench's (its "
+                         "predicted compute differs)", "pass the bench's --model")
     return np.array([c.fwd_comm_ms + c.bwd_comm_ms for c in plan.cost.per_rank])
 
 

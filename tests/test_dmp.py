@@ -132,7 +132,7 @@ def test_dmp_suite_pools_calls_and_compares_a_peer_only_over_its_own_calls(load_
     assert row.time_ratio_vs_torchrec == 75.0 / 90.0
     assert row["time_ratio_vs_greedy-lookup"] == 35 / 70  # over call 2 only, the one that trained it
     second.loc[0, "torchrec_predicted_ms"] = 13.0  # another plan: its runs cannot be pooled with the first's
-    with pytest.raises(SystemExit, match="torchrec plans differ"):
+    with pytest.raises(InputError, match="torchrec plans differ"):
         suite.pool([first, second])
 
 
