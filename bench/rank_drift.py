@@ -89,14 +89,14 @@ def main() -> None:
     task = load_task(args.task)
     est = load_estimator(profile.name)
     quiet = quiet_reference_ms(profile)  # the labels' own divisor
-    specs = rank_specs(get_searcher(args.searcher).plan(task, est))
+    plan = get_searcher(args.searcher).plan(task, est)
+    specs = rank_specs(plan)
     ranks = [int(r) for r in args.ranks.split(",")]
     for r in ranks:
         if not 0 <= r < len(specs) or not specs[r]:
             raise InputError("--ranks", f"rank {r} holds no shards in {args.searcher}'s plan of {task.name}",
                              f"give ranks among {[i for i, s in enumerate(specs) if s]}")
-    f, b = est.compute.predict([specs[r] for r in ranks])
-    predicted = dict(zip(ranks, f + b))
+    predicted = {r: plan.cost.per_rank[r].compute_ms for r in ranks}  # the plan's own prediction (fwd + bwd)
     load_before = load1()
     df = time_in_turns({r: specs[r] for r in ranks}, profile, quiet, args.reps, args.pause)
     df["predicted_ms"] = df["rank"].map(predicted)
