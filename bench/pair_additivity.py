@@ -2,10 +2,11 @@
 
 The cost model sums per-shard encodings and reads the rank's cost off the
 sum, so it learns how shards amortise one another in FBGEMM's fused op. This
-script checks that on one rank of the default searcher's plan of a task: the
-rank whole, each of its shards alone, and, with ``--pair A,B``, those two
-tables alone and together with their rows scaled by ``--scales`` (so the
-pair's bytes cross the host's last-level cache). Every op is built once and
+script checks that on one rank of a searcher's plan of a task (``--searcher``,
+by default the planner's): the rank whole, each of its shards alone, and,
+with ``--pair A,B``, those two tables alone and together with their rows
+scaled by ``--scales`` (so the pair's bytes cross the host's last-level
+cache). Every op is built once and
 the ops take turns repetition by repetition, so drift hits them alike; the
 ratios (together over the sum of alone) are taken within a repetition, where
 the machine's level cancels. Measured = real FBGEMM CPU kernel times, raw ms
@@ -57,6 +58,7 @@ def main() -> None:
     ap.add_argument("--pair", default="", help="two tables of the rank, comma-separated, timed alone and together")
     ap.add_argument("--scales", default="0.1,0.25,0.5,1,2", help="row scalings of the pair")
     ap.add_argument("--profile", default="cpu-2c")
+    ap.add_argument("--searcher", default=DEFAULT_SEARCHER, help="whose plan's rank to take apart")
     ap.add_argument("--repeats", type=int, default=7, help="repetitions (all ops take turns)")
     ap.add_argument("--name", required=True)
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
@@ -65,7 +67,7 @@ def main() -> None:
     profile.use_threads()
     est = load_estimator(args.profile)
     task = load_task(args.task)
-    plan = get_searcher(DEFAULT_SEARCHER).plan(task, est, seed=0)
+    plan = get_searcher(args.searcher).plan(task, est, seed=0)
     ranks = rank_specs(plan)
     if not 0 <= args.rank < len(ranks):
         raise InputError("--rank", f"must be in 0..{len(ranks) - 1}, got {args.rank}")
@@ -109,7 +111,7 @@ def main() -> None:
                                 for k in singles] + [{"set": "rank", "measured_ms": float(np.median(m["rank"])),
                                                       "predicted_ms": predicted["rank"]}])
     shard_table["measured / predicted"] = shard_table.measured_ms / shard_table.predicted_ms
-    md = [f"# How shards add up: `{task.name}` rank {args.rank} of the `{DEFAULT_SEARCHER}` plan ({args.name})", "",
+    md = [f"# How shards add up: `{task.name}` rank {args.rank} of the `{args.searcher}` plan ({args.name})", "",
           *provenance(load_before, f"; reference slowdown {min(refs) / quiet:.2f}-{max(refs) / quiet:.2f}x."
                       if quiet else "."), "",
           f"Measured: real FBGEMM CPU kernel times, raw ms, median of {args.repeats} repetitions in which every op "

@@ -206,8 +206,10 @@ def test_train_round_trip_on_a_tiny_collected_sample(tmp_path):
     assert f[0] > 0 and b[0] > 0
     # a GPU profile learns its labels as timed: no slowdown divided out, so no raw-label split either
     gpu = train_and_report(get_profile("h100"), epochs=3, data_dir=tmp_path, out_dir=tmp_path / "h100",
-                           progress=False)
+                           progress=False, context_totals=True)
     assert "undivided" in gpu["labels"] and list(gpu["evaluation"]) == ["holdout"]
+    # the recorded command is the one that reproduces the file: the candidate's flag included
+    assert gpu["command"].endswith("--context-totals") and "--context-totals" not in meta["command"]
     assert NeuralCostModel.load(tmp_path / "h100" / "compute-model.json", profile="h100")
 
     # the same sets as plan groups (levels off by one factor per group): learnt, held out by group

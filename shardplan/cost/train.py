@@ -218,7 +218,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                          if random_level else {"learnt": False}),
         "command": f"shardplan train --profile {profile.name} --epochs {epochs} --seed {seed}"
                    + ("" if random_level else " --no-random-level")
-                   + ("" if split_batches else " --no-split-batches"),
+                   + ("" if split_batches else " --no-split-batches")
+                   + (" --context-totals" if context_totals else ""),
         "date": _dt.date.today().isoformat(),
     }
     neural.save(out_dir / "compute-model.json", meta)
