@@ -603,3 +603,19 @@ def test_ids_drawn_as_tensors_feed_the_op_as_arrays_do():
         assert torch.equal(a, b)
     t = FusedOp(as_tensors).run(warmup=1, repeats=3)
     assert t.fwd_ms > 0 and t.bwd_ms > 0
+
+
+def test_touched_bytes_counts_the_distinct_rows_a_batch_hits_times_their_width():
+    from shardplan.cost.features import touched_bytes
+    from shardplan.cost.ids import table_bags
+
+    # against the ids the timer feeds: distinct rows of a drawn batch, times the row's bytes
+    spec = ShardSpec("t_touch", 100_000, 0, 100_000, 16, 20.0, 0.9, 1024)
+    drawn = len(np.unique(table_bags(spec.table, spec.table_rows, spec.pooling_factor, spec.zipf_alpha,
+                                     spec.batch_size).ids))
+    # 2026-11-24: 10,603 expected, 10,220 drawn (the law's tail is taken as uniform, which spreads it most)
+    assert touched_bytes([spec]) == pytest.approx(drawn * 16 * 4, rel=0.05)
+    big = ShardSpec("u", 10_000_000, 0, 10_000_000, 16, 1.0, 0.0, 1024)  # 1,024 uniform ids over 10M rows
+    assert touched_bytes([big]) == pytest.approx(1024 * 16 * 4, rel=0.01)
+    assert touched_bytes([spec, big]) == pytest.approx(touched_bytes([spec]) + touched_bytes([big]))
+    assert touched_bytes([spec], bytes_per_float=2) == pytest.approx(touched_bytes([spec]) / 2)

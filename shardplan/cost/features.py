@@ -53,6 +53,13 @@ def set_features(sets: list[list[ShardSpec]], max_shards: int | None = None) -> 
     return out, mask
 
 
+def touched_bytes(specs: list[ShardSpec], bytes_per_float: int = 4) -> float:
+    """Bytes of rows a set's ids touch a batch: each shard's expected distinct rows times their width.
+    What must come through the cache each step, where a rank's bytes held say what could."""
+    col = FEATURE_NAMES.index("log_update_floats")
+    return bytes_per_float * sum(float(np.exp2(shard_features(s)[col])) - 1.0 for s in specs)
+
+
 def rank_aggregate_features(specs: list[ShardSpec]) -> np.ndarray:
     """Hand-made whole-rank features (for the gradient-boosting baseline)."""
     if not specs:

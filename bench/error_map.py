@@ -1,0 +1,109 @@
+"""Where on the map of rank sizes a compute model errs: its signed error on stored cost data, by rows touched and by length.
+
+Each stored set with an absolute label (random shard sets, whole plan ranks,
+the larger sets) is predicted by the model and compared with its label,
+divided by the profile's reference slowdown as ``shardplan train`` divides
+it; random sets (no ``plan-rank`` source) are scored at the random sets'
+learnt level, plan ranks at the level a searcher sees, as training scores
+them. The signed error (log of predicted over measured: negative, the model
+is under) is binned by the megabytes of rows a set touches a batch (the
+distinct rows its ids hit, times their width: what must come through the
+cache) and by its measured ms, per file and split (trained on / held out).
+
+Why: labels taken in different hours on this shared VM sit at different
+levels, and not alike for every set: a file whose errors grow with the rows
+touched was labelled on a host whose memory system was slower (or faster)
+than the one the model learnt its level from. Measured = the files' real
+FBGEMM CPU timings; predicted = ``--model`` (default: the profile's committed
+model). Writes ``bench/results/error-map-<name>.md``.
+
+    .venv/bin/python bench/error_map.py --profile cpu-2c-xeon --name cpu-2c-xeon \\
+      --files compute.parquet compute-ranks.parquet compute-ranks-b.parquet compute-large.parquet
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from shardplan.cost.estimator import load_estimator
+from shardplan.cost.features import touched_bytes
+from shardplan.cost.model import NeuralCostModel
+from shardplan.cost.profiles import get_profile, load1
+from shardplan.cost.train import holdout_mask, load_sets, reference_nominal
+from shardplan.errors import InputError, exit_status
+from provenance import provenance, write_report  # a sibling: bench/ is on sys.path when run
+
+TOUCHED_MB_EDGES = (0, 1, 4, 8, 16, 32, 64, np.inf)
+MS_EDGES = (0, 2, 4, 8, 16, 32, np.inf)
+# the files with absolute labels that ``shardplan train`` learns from (the rest are never trained on)
+TRAINED_FILES = ("compute.parquet", "compute-ranks.parquet")
+
+
+def error_rows(path: Path, model: NeuralCostModel, nominal: float) -> pd.DataFrame:
+    """One row per absolute-labelled set of ``path``: its split (training's hold-out rule for the files
+    training reads; "not trained on" for the rest), shard count, MB touched, measured and predicted
+    fwd+bwd ms and signed log error."""
+    plan_ranks = "source" in pq.read_schema(path).names and \
+        (pd.read_parquet(path, columns=["source"])["source"] == "plan-rank").any()
+    sets, fwd, bwd, meta = load_sets(path, nominal, source="plan-rank" if plan_ranks else None)
+    pred_f, pred_b = model.predict(sets, random_level=not plan_ranks)
+    measured, predicted = fwd + bwd, pred_f + pred_b
+    split = np.where(holdout_mask(meta), "held out", "trained on") if path.name in TRAINED_FILES \
+        else "not trained on"
+    return pd.DataFrame({"file": path.name, "split": split,
+                         "shards": [len(s) for s in sets], "touched_mb": [touched_bytes(s) / 2**20 for s in sets],
+                         "measured_ms": measured, "predicted_ms": predicted,
+                         "log_error": np.log(predicted / measured)})
+
+
+def binned(rows: pd.DataFrame, column: str, edges: tuple[float, ...]) -> pd.DataFrame:
+    """Median signed error in % (and count) per file and bin of ``column``: a markdown-ready table."""
+    bins = pd.cut(rows[column], list(edges))
+    cell = lambda e: f"{(np.exp(np.median(e)) - 1) * 100:+.1f}% ({len(e)})"  # noqa: E731
+    table = rows.groupby(["file", bins], observed=True).log_error.agg(cell).unstack(column)
+    return table.fillna("")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="cpu-2c")
+    ap.add_argument("--files", nargs="+", required=True,
+                    help="stored cost-data files with absolute labels, in the profile's folder or given by path")
+    ap.add_argument("--model", help="compute-model file (default: the profile's committed one)")
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--out", type=Path, default=Path("bench/results"))
+    args = ap.parse_args()
+    profile = get_profile(args.profile)
+    paths = [p if p.exists() else profile.dir / p for p in map(Path, args.files)]
+    for given, p in zip(args.files, paths):
+        if not p.exists():
+            raise InputError("--files", f"{given} is neither a file nor one of {profile.dir}'s",
+                             "name a stored cost-data parquet file")
+    model = load_estimator(args.profile, args.model).compute
+    if not isinstance(model, NeuralCostModel):
+        raise InputError("--model", "is not a neural compute model", "give a compute-model.json file")
+    load_before = load1()
+    nominal = reference_nominal(pd.read_parquet(profile.dir / "compute.parquet", columns=["ref_before_ms", "ref_after_ms"]))
+    rows = pd.concat([error_rows(p, model, nominal) for p in paths], ignore_index=True)
+    overall = rows.groupby(["file", "split"]).log_error.agg(
+        sets="count", median=lambda e: f"{(np.exp(np.median(e)) - 1) * 100:+.1f}%",
+        mape=lambda e: f"{np.mean(np.abs(np.expm1(e))) * 100:.1f}%")  # |predicted / measured - 1|
+    md = [f"# Where the `{args.profile}` model errs on stored cost data ({args.name})", "",
+          *provenance(load_before), "",
+          f"Measured: the files' real FBGEMM CPU timings, divided by the reference slowdown as training divides "
+          f"them (quiet reference {nominal:.4f} ms). Predicted: `{args.model or 'the committed model'}`; random "
+          "sets at the random sets' learnt level, plan ranks at the plan level. Cells: median signed error "
+          "(negative: the model is under the label) and, in brackets, how many sets.", "",
+          "## Per file and split", "", overall.reset_index().to_markdown(index=False), "",
+          "## By MB of rows touched a batch", "", binned(rows, "touched_mb", TOUCHED_MB_EDGES).to_markdown(), "",
+          "## By measured ms", "", binned(rows, "measured_ms", MS_EDGES).to_markdown(), ""]
+    write_report(args.out, f"error-map-{args.name}", md)
+
+
+if __name__ == "__main__":
+    sys.exit(exit_status(main))
