@@ -6,13 +6,12 @@ script checks that on one rank of a searcher's plan of a task (``--searcher``,
 by default the planner's): the rank whole, each of its shards alone, and,
 with ``--pair A,B``, those two tables alone and together with their rows
 scaled by ``--scales`` (so the pair's bytes cross the host's last-level
-cache). Every op is built once and
-the ops take turns repetition by repetition, so drift hits them alike; the
-ratios (together over the sum of alone) are taken within a repetition, where
-the machine's level cancels. Measured = real FBGEMM CPU kernel times, raw ms
-(median over repetitions; the reference workload's slowdown recorded);
-predicted = the committed neural model. Writes
-``bench/results/pair-additivity-<name>.md``.
+cache). Every op is built once and the ops take turns repetition by
+repetition, so drift hits them alike; the ratios (together over the sum of
+alone) are taken within a repetition, where the machine's level cancels.
+Measured = real FBGEMM CPU kernel times, raw ms (median over repetitions;
+the reference workload's slowdown recorded); predicted = the committed
+neural model. Writes ``bench/results/pair-additivity-<name>.md``.
 
     MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 taskset -c 1 \\
       .venv/bin/python bench/pair_additivity.py data/tasks/unseen-a/unseen-a-10.json --rank 1 \\
