@@ -8,7 +8,15 @@ follow, is one the host's memory system moves under (a busy neighbour on the
 shared cache or memory bus slows memory-latency-bound ranks most): one timing,
 or two runs' consensus taken in one state of the host, then says little about
 the model's error on it. (``bench/reference_tracking.py`` asks the other question: whether the
-reference follows the ranks it divides.) Prints a table and writes
+reference follows the ranks it divides.)
+
+With ``--neighbours K`` each turn also times, for every rank, the ``K`` labelled stored ranks that
+neighbour calibration would time beside it (:mod:`shardplan.cost.calibration`, chosen once from a
+first timing divided by the reference, never from the model), with their own ids, and reports the
+rank per turn on the labels' scale (raw over the neighbours' raw-over-label ratio) and how the rank's
+raw time follows the neighbours' across turns: a slope of 1 in log space says it moves as they do,
+so calibration puts it on the labels' scale in any host state; above 1, it moves more, and a
+calibrated figure taken on a disturbed host sits too high. Prints a table and writes
 ``bench/results/rank-drift-<name>.{md,csv}``.
 
     MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 taskset -c 1 .venv/bin/python \\
@@ -26,7 +34,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from shardplan.cost.calibration import labelled_pool, nearest, weight_bytes
 from shardplan.cost.collect import quiet_reference_ms
+from shardplan.cost.fitness import lookups
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.kernel import BracketedTiming, slowdown, time_specs_bracketed
 from shardplan.cost.profiles import Profile, get_profile, load1
@@ -39,14 +49,16 @@ from provenance import provenance, write_report  # siblings: bench/ is on sys.pa
 ID_SEEDS = (101, 102, 103)  # not the cost data's seeds: independent ids, as plan measurements use
 
 
-def time_in_turns(specs: dict[int, list[ShardSpec]], profile: Profile, quiet_ms: float, reps: int,
-                  pause_s: float, timer: Callable[..., BracketedTiming] = time_specs_bracketed) -> pd.DataFrame:
-    """``reps`` turns, each timing every rank once per id seed as the labels are timed (divided by the
-    reference's slowdown over ``quiet_ms``), ``pause_s`` apart: one row per reading."""
+def time_in_turns(specs: dict[int | str, list[ShardSpec]], profile: Profile, quiet_ms: float, reps: int,
+                  pause_s: float, timer: Callable[..., BracketedTiming] = time_specs_bracketed,
+                  seeds: dict[int | str, tuple[int, ...]] | None = None) -> pd.DataFrame:
+    """``reps`` turns, each timing every set once per id seed as the labels are timed (divided by the
+    reference's slowdown over ``quiet_ms``), ``pause_s`` apart: one row per reading. A set's id seeds
+    are ``seeds[key]`` where given (a stored rank's own), else :data:`ID_SEEDS`."""
     rows = []
     for rep in range(reps):
         for r, rank in specs.items():
-            for seed in ID_SEEDS:
+            for seed in (seeds or {}).get(r, ID_SEEDS):
                 bt = timer(rank, "sgd", "fp32", profile.device, seed, profile.warmup, profile.repeats, quiet_ms=quiet_ms)
                 sd = slowdown(bt.ref_before_ms, bt.ref_after_ms, quiet_ms)
                 raw = bt.timing.fwd_ms + bt.timing.bwd_ms
@@ -73,6 +85,40 @@ def drift_summary(df: pd.DataFrame, shards: dict[int, int]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def neighbour_key(rank: int, index: int) -> str:
+    """How a rank's neighbour (index into the labelled pool) is keyed among the timed sets."""
+    return f"r{rank}/n{index}"
+
+
+def calibrated_turns(df: pd.DataFrame, neighbours: dict[int, tuple[int, ...]], labels: dict[int, float]) -> pd.DataFrame:
+    """Per rank and turn of :func:`time_in_turns`'s readings: the rank's raw ms (median over its id seeds),
+    its neighbours' factor (geometric mean of each one's raw over its label) and the rank on the labels'
+    scale (raw over factor)."""
+    raw = df.groupby(["rank", "rep"], sort=False)["raw_ms"].median()  # keys mix ranks (int) and neighbours (str)
+    out = []
+    for r, picked in neighbours.items():
+        for rep in sorted(df["rep"].unique()):
+            factor = float(np.exp(np.mean([np.log(raw[(neighbour_key(r, i), rep)] / labels[i]) for i in picked])))
+            out.append({"rank": r, "rep": rep, "raw_ms": raw[(r, rep)], "factor": factor,
+                        "calibrated_ms": raw[(r, rep)] / factor})
+    return pd.DataFrame(out)
+
+
+def follow_summary(turns: pd.DataFrame, predicted: dict[int, float]) -> pd.DataFrame:
+    """Per rank of :func:`calibrated_turns`: the median calibrated ms and the model's error against it,
+    the turns' calibrated min-max, the factor's range, and the least-squares slope of log raw on log
+    factor (how the rank's time follows its neighbours')."""
+    out = []
+    for r, g in turns.groupby("rank"):
+        med = float(g["calibrated_ms"].median())
+        x, y = np.log(g["factor"].to_numpy()), np.log(g["raw_ms"].to_numpy())
+        slope = float(np.polyfit(x, y, 1)[0]) if np.ptp(x) > 0 else float("nan")
+        out.append({"rank": r, "predicted_ms": predicted[r], "calibrated_ms": med, "error": predicted[r] / med - 1,
+                    "cal_min_ms": g["calibrated_ms"].min(), "cal_max_ms": g["calibrated_ms"].max(),
+                    "factor_min": g["factor"].min(), "factor_max": g["factor"].max(), "slope": slope})
+    return pd.DataFrame(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", required=True, help="a task file")
@@ -81,6 +127,8 @@ def main() -> None:
     ap.add_argument("--profile", default="cpu-2c")
     ap.add_argument("--reps", type=int, default=8, help="turns; each times every rank once per id seed")
     ap.add_argument("--pause", type=float, default=5.0, help="seconds between turns")
+    ap.add_argument("--neighbours", type=int, default=0, metavar="K",
+                    help="also time each rank's K calibration neighbours every turn (0: none)")
     ap.add_argument("--name", help="results file stem (default the task's name and the ranks)")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args()
@@ -98,9 +146,26 @@ def main() -> None:
                              f"give ranks among {[i for i, s in enumerate(specs) if s]}")
     predicted = {r: plan.cost.per_rank[r].compute_ms for r in ranks}  # the plan's own prediction (fwd + bwd)
     load_before = load1()
-    df = time_in_turns({r: specs[r] for r in ranks}, profile, quiet, args.reps, args.pause)
-    df["predicted_ms"] = df["rank"].map(predicted)
-    summary = drift_summary(df, {r: len(specs[r]) for r in ranks})
+    sets: dict[int | str, list[ShardSpec]] = {r: specs[r] for r in ranks}
+    seeds: dict[int | str, tuple[int, ...]] = {}
+    neighbours: dict[int, tuple[int, ...]] = {}
+    if args.neighbours:
+        pool = labelled_pool(profile)
+        if not pool.ranks:
+            raise InputError("--neighbours", f"profile {profile.name!r} has no quiet-gated stored ranks",
+                             "collect them with `shardplan collect ranks`, or leave --neighbours out")
+        for r in ranks:  # as calibration does: the first timing divided by the reference, not the model
+            first = time_specs_bracketed(specs[r], "sgd", "fp32", profile.device, ID_SEEDS[0], profile.warmup,
+                                         profile.repeats, quiet_ms=quiet)
+            estimate = (first.timing.fwd_ms + first.timing.bwd_ms) / slowdown(first.ref_before_ms, first.ref_after_ms, quiet)
+            neighbours[r] = nearest(pool, estimate, weight_bytes(specs[r]), lookups(specs[r]), args.neighbours)
+            for i in neighbours[r]:
+                sets[neighbour_key(r, i)] = list(pool.ranks[i].specs)
+                seeds[neighbour_key(r, i)] = (pool.ranks[i].id_seed,)
+    df = time_in_turns(sets, profile, quiet, args.reps, args.pause, seeds=seeds)
+    own = df[df["rank"].isin(ranks)].astype({"rank": int})
+    own["predicted_ms"] = own["rank"].map(predicted)
+    summary = drift_summary(own, {r: len(specs[r]) for r in ranks})
     md = [f"# How far the timing of {args.searcher}'s ranks {args.ranks} of `{task.name}` drifts", "",
           *provenance(load_before, f"; reference {df.slowdown.min():.2f}-{df.slowdown.max():.2f}x quiet."), "",
           f"Measured: each rank timed as the cost labels are (one FBGEMM op, {profile.warmup} warm-up and "
@@ -112,8 +177,21 @@ def main() -> None:
           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
           *(f"| {r.rank} | {r.shards} | {r.predicted_ms:.2f} | {r.median_ms:.2f} | {r.error:+.1%} | {r.p10_ms:.2f}-{r.p90_ms:.2f} | "
             f"{r.turn_min_ms:.2f}-{r.turn_max_ms:.2f} | {r.turn_max_ms / r.turn_min_ms:.2f} | {r.within_15:.0%} |"
-            for r in summary.itertuples()), "",
-          "Every reading:", "", df.to_markdown(index=False, floatfmt=".3f")]
+            for r in summary.itertuples()), ""]
+    if neighbours:
+        pool = labelled_pool(profile)
+        follow = follow_summary(calibrated_turns(df, neighbours, {i: pool.ranks[i].label_ms for p in neighbours.values()
+                                                                 for i in p}), predicted)
+        md += [f"Against each rank's {args.neighbours} calibration neighbours (labelled stored ranks, timed in the "
+               "same turns with their own ids; factor: their raw over label, geometric mean; slope: of the rank's "
+               "log raw ms on the log factor across turns, 1 when it moves as they do):", "",
+               "| rank | predicted ms | median calibrated ms | model error | turns' calibrated min-max | "
+               "factor min-max | slope |",
+               "| --- | --- | --- | --- | --- | --- | --- |",
+               *(f"| {r.rank} | {r.predicted_ms:.2f} | {r.calibrated_ms:.2f} | {r.error:+.1%} | "
+                 f"{r.cal_min_ms:.2f}-{r.cal_max_ms:.2f} | {r.factor_min:.3f}-{r.factor_max:.3f} | {r.slope:.2f} |"
+                 for r in follow.itertuples()), ""]
+    md += ["Every reading:", "", df.to_markdown(index=False, floatfmt=".3f")]
     write_report(Path(args.out), args.name or f"rank-drift-{task.name}-r{args.ranks.replace(',', '-')}", md, df)
 
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pandas as pd
 import pytest
 
 from shardplan.cost.profiles import get_profile
@@ -31,3 +32,22 @@ def test_a_drifting_rank_is_told_from_a_steady_one(load_script) -> None:
     # 12 is 20% over the first turn's 10 ms and 14% under the last turn's 14: two turns of three within 15%
     assert s.loc[0, "within_15"] == pytest.approx(2 / 3)
     assert s.loc[1, "turn_max_ms"] == pytest.approx(s.loc[1, "turn_min_ms"]) and s.loc[1, "error"] == pytest.approx(-0.2)
+
+
+def test_neighbours_put_a_rank_on_the_labels_scale_and_show_how_it_follows_them(load_script) -> None:
+    drift = load_script("bench/rank_drift.py")
+    # the host slows the stored neighbours by 1.0, 1.2, 1.5 over three turns; the rank moves as
+    # their slowdown to the power 1.5 (it is more sensitive than they are)
+    slow = {0: 1.0, 1: 1.2, 2: 1.5}
+    labels = {7: 10.0, 9: 30.0}
+    rows = [{"rank": drift.neighbour_key(0, i), "rep": rep, "raw_ms": labels[i] * f} for rep, f in slow.items()
+            for i in labels]
+    rows += [{"rank": 0, "rep": rep, "raw_ms": 20.0 * f ** 1.5} for rep, f in slow.items()]
+    turns = drift.calibrated_turns(pd.DataFrame(rows), {0: (7, 9)}, labels)
+    assert turns["factor"].tolist() == pytest.approx([1.0, 1.2, 1.5])
+    assert turns["calibrated_ms"].tolist() == pytest.approx([20.0 * f ** 0.5 for f in slow.values()])
+    s = drift.follow_summary(turns, {0: 20.0}).set_index("rank")
+    assert s.loc[0, "slope"] == pytest.approx(1.5)
+    assert s.loc[0, "calibrated_ms"] == pytest.approx(20.0 * 1.2 ** 0.5)
+    assert s.loc[0, "error"] == pytest.approx(1.2 ** -0.5 - 1)
+    assert (s.loc[0, "factor_min"], s.loc[0, "factor_max"]) == pytest.approx((1.0, 1.5))
