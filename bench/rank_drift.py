@@ -29,6 +29,7 @@ import datetime as dt
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -49,17 +50,26 @@ from provenance import provenance, write_report  # siblings: bench/ is on sys.pa
 ID_SEEDS = (101, 102, 103)  # not the cost data's seeds: independent ids, as plan measurements use
 
 
-def time_in_turns(specs: dict[int | str, list[ShardSpec]], profile: Profile, quiet_ms: float, reps: int,
-                  pause_s: float, timer: Callable[..., BracketedTiming] = time_specs_bracketed,
-                  seeds: dict[int | str, tuple[int, ...]] | None = None) -> pd.DataFrame:
+@dataclass(frozen=True)
+class TimedSet:
+    """A shard set to time in turns, as one FBGEMM op of its optimizer and dtype, once per id seed."""
+
+    specs: list[ShardSpec]
+    optimizer: str
+    dtype: str
+    id_seeds: tuple[int, ...] = ID_SEEDS
+
+
+def time_in_turns(sets: dict[int | str, TimedSet], profile: Profile, quiet_ms: float, reps: int,
+                  pause_s: float, timer: Callable[..., BracketedTiming] = time_specs_bracketed) -> pd.DataFrame:
     """``reps`` turns, each timing every set once per id seed as the labels are timed (divided by the
-    reference's slowdown over ``quiet_ms``), ``pause_s`` apart: one row per reading. A set's id seeds
-    are ``seeds[key]`` where given (a stored rank's own), else :data:`ID_SEEDS`."""
+    reference's slowdown over ``quiet_ms``), ``pause_s`` apart: one row per reading."""
     rows = []
     for rep in range(reps):
-        for r, rank in specs.items():
-            for seed in (seeds or {}).get(r, ID_SEEDS):
-                bt = timer(rank, "sgd", "fp32", profile.device, seed, profile.warmup, profile.repeats, quiet_ms=quiet_ms)
+        for r, ts in sets.items():
+            for seed in ts.id_seeds:
+                bt = timer(ts.specs, ts.optimizer, ts.dtype, profile.device, seed, profile.warmup, profile.repeats,
+                           quiet_ms=quiet_ms)
                 sd = slowdown(bt.ref_before_ms, bt.ref_after_ms, quiet_ms)
                 raw = bt.timing.fwd_ms + bt.timing.bwd_ms
                 rows.append({"rep": rep, "time": dt.datetime.now(dt.timezone.utc).strftime("%H:%M:%S"), "rank": r,
@@ -146,23 +156,22 @@ def main() -> None:
                              f"give ranks among {[i for i, s in enumerate(specs) if s]}")
     predicted = {r: plan.cost.per_rank[r].compute_ms for r in ranks}  # the plan's own prediction (fwd + bwd)
     load_before = load1()
-    sets: dict[int | str, list[ShardSpec]] = {r: specs[r] for r in ranks}
-    seeds: dict[int | str, tuple[int, ...]] = {}
+    sets: dict[int | str, TimedSet] = {r: TimedSet(specs[r], task.optimizer, task.dtype) for r in ranks}
     neighbours: dict[int, tuple[int, ...]] = {}
-    if args.neighbours:
-        pool = labelled_pool(profile)
+    pool = labelled_pool(profile) if args.neighbours else None
+    if pool is not None:
         if not pool.ranks:
             raise InputError("--neighbours", f"profile {profile.name!r} has no quiet-gated stored ranks",
                              "collect them with `shardplan collect ranks`, or leave --neighbours out")
         for r in ranks:  # as calibration does: the first timing divided by the reference, not the model
-            first = time_specs_bracketed(specs[r], "sgd", "fp32", profile.device, ID_SEEDS[0], profile.warmup,
-                                         profile.repeats, quiet_ms=quiet)
+            first = time_specs_bracketed(specs[r], task.optimizer, task.dtype, profile.device, ID_SEEDS[0],
+                                         profile.warmup, profile.repeats, quiet_ms=quiet)
             estimate = (first.timing.fwd_ms + first.timing.bwd_ms) / slowdown(first.ref_before_ms, first.ref_after_ms, quiet)
             neighbours[r] = nearest(pool, estimate, weight_bytes(specs[r]), lookups(specs[r]), args.neighbours)
             for i in neighbours[r]:
-                sets[neighbour_key(r, i)] = list(pool.ranks[i].specs)
-                seeds[neighbour_key(r, i)] = (pool.ranks[i].id_seed,)
-    df = time_in_turns(sets, profile, quiet, args.reps, args.pause, seeds=seeds)
+                stored = pool.ranks[i]  # timed with its own ids, as labelled
+                sets[neighbour_key(r, i)] = TimedSet(list(stored.specs), stored.optimizer, stored.dtype, (stored.id_seed,))
+    df = time_in_turns(sets, profile, quiet, args.reps, args.pause)
     own = df[df["rank"].isin(ranks)].astype({"rank": int})
     own["predicted_ms"] = own["rank"].map(predicted)
     summary = drift_summary(own, {r: len(specs[r]) for r in ranks})
@@ -178,8 +187,7 @@ def main() -> None:
           *(f"| {r.rank} | {r.shards} | {r.predicted_ms:.2f} | {r.median_ms:.2f} | {r.error:+.1%} | {r.p10_ms:.2f}-{r.p90_ms:.2f} | "
             f"{r.turn_min_ms:.2f}-{r.turn_max_ms:.2f} | {r.turn_max_ms / r.turn_min_ms:.2f} | {r.within_15:.0%} |"
             for r in summary.itertuples()), ""]
-    if neighbours:
-        pool = labelled_pool(profile)
+    if pool is not None:
         follow = follow_summary(calibrated_turns(df, neighbours, {i: pool.ranks[i].label_ms for p in neighbours.values()
                                                                  for i in p}), predicted)
         md += [f"Against each rank's {args.neighbours} calibration neighbours (labelled stored ranks, timed in the "

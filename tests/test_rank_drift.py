@@ -22,8 +22,8 @@ def test_a_drifting_rank_is_told_from_a_steady_one(load_script) -> None:
         return SimpleNamespace(timing=SimpleNamespace(fwd_ms=1.25 * ms / 3, bwd_ms=1.25 * 2 * ms / 3),
                                ref_before_ms=1.25 * quiet_ms, ref_after_ms=1.25 * quiet_ms)
 
-    df = drift.time_in_turns({0: ["drifting"], 1: ["steady"]}, get_profile("cpu-2c"), 2.0, reps=3, pause_s=0.0,
-                             timer=timer)
+    sets = {0: drift.TimedSet(["drifting"], "sgd", "fp32"), 1: drift.TimedSet(["steady"], "sgd", "fp32")}
+    df = drift.time_in_turns(sets, get_profile("cpu-2c"), 2.0, reps=3, pause_s=0.0, timer=timer)
     assert len(df) == 3 * 2 * len(drift.ID_SEEDS) and set(df.id_seed) == set(drift.ID_SEEDS)
     df["predicted_ms"] = df["rank"].map({0: 12.0, 1: 4.0})
     s = drift.drift_summary(df, {0: 1, 1: 1}).set_index("rank")
