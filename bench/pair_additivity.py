@@ -6,9 +6,11 @@ script checks that on one rank of a searcher's plan of a task (``--searcher``,
 by default the planner's): the rank whole, each of its shards alone, and,
 with ``--pair A,B``, those two tables alone and together with their rows
 scaled by ``--scales`` (so the pair's bytes cross the host's last-level
-cache). Every op is built once and the ops take turns repetition by
-repetition, so drift hits them alike; the ratios (together over the sum of
-alone) are taken within a repetition, where the machine's level cancels.
+cache), and with ``--leave-one-out`` the rank less each shard in turn (what
+each shard adds to the rank, against what the model says it adds). Every op
+is built once and the ops take turns repetition by repetition, so drift hits
+them alike; the ratios (together over the sum of alone) are taken within a
+repetition, where the machine's level cancels.
 Measured = real FBGEMM CPU kernel times, raw ms (median over repetitions;
 the reference workload's slowdown recorded); predicted = the committed
 neural model. Writes ``bench/results/pair-additivity-<name>.md``.
@@ -50,6 +52,21 @@ def scaled(spec: ShardSpec, factor: float) -> ShardSpec:
                    rows=max(1, round(spec.rows * factor)))
 
 
+def margins(specs: list[ShardSpec], measured: dict[str, np.ndarray], predicted: dict[str, float]) -> pd.DataFrame:
+    """What each shard adds to its rank: the rank's time less the rank's without it, measured (median over
+    repetitions of ``measured["rank"] - measured["without: T"]``) and predicted, and both as shares of the
+    rank (taken within a repetition, where the host's level cancels), beside the shard's time alone as a
+    share. Shares that sum past 1 say the shards slow one another; the model's shares show whether it knows."""
+    return pd.DataFrame([{
+        "shard": s.table, "rows": s.rows, "cols": s.cols, "pooling_factor": s.pooling_factor,
+        "measured_ms": float(np.median(measured["rank"] - measured[f"without: {s.table}"])),
+        "predicted_ms": predicted["rank"] - predicted[f"without: {s.table}"],
+        "measured share": float(np.median(1.0 - measured[f"without: {s.table}"] / measured["rank"])),
+        "predicted share": 1.0 - predicted[f"without: {s.table}"] / predicted["rank"],
+        "measured alone share": float(np.median(measured[f"alone: {s.table}"] / measured["rank"])),
+    } for s in specs])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("task", type=Path)
@@ -59,6 +76,8 @@ def main() -> None:
     ap.add_argument("--profile", default="cpu-2c")
     ap.add_argument("--searcher", default=DEFAULT_SEARCHER, help="whose plan's rank to take apart")
     ap.add_argument("--repeats", type=int, default=7, help="repetitions (all ops take turns)")
+    ap.add_argument("--leave-one-out", action="store_true",
+                    help="also time the rank without each of its shards: what each adds to the rank, measured and predicted")
     ap.add_argument("--name", required=True)
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     args = ap.parse_args()
@@ -72,6 +91,8 @@ def main() -> None:
         raise InputError("--rank", f"must be in 0..{len(ranks) - 1}, got {args.rank}")
     specs = ranks[args.rank]
     sets: dict[str, list[ShardSpec]] = {"rank": specs, **{f"alone: {s.table}": [s] for s in specs}}
+    if args.leave_one_out:
+        sets.update({f"without: {s.table}": [x for x in specs if x is not s] for s in specs})
     pair_rows = []
     if args.pair:
         names = args.pair.split(",")
@@ -118,6 +139,10 @@ def main() -> None:
           "shards' times alone (below 1: they amortise one another; above 1: they interfere).", "",
           f"The rank whole over the sum of its {len(specs)} shards alone: measured **{rank_meas:.3f}**, "
           f"predicted {rank_pred:.3f}.", "", shard_table.to_markdown(index=False, floatfmt=".3f"), ""]
+    if args.leave_one_out:
+        md += ["What each shard adds to the rank (the rank less the rank without it; medians over repetitions; shares "
+               "of the rank's time, taken within a repetition):", "",
+               margins(specs, m, predicted).to_markdown(index=False, floatfmt=".3f"), ""]
     if pair_rows:
         rows = []
         for f, a, b in pair_rows:
