@@ -1,0 +1,16 @@
+"""bench/error_map.py: a model's signed error on stored cost data, binned."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def test_binned_gives_the_median_signed_error_and_count_per_file_and_bin(load_script) -> None:
+    em = load_script("bench/error_map.py")
+    rows = pd.DataFrame({"file": ["a"] * 4 + ["b"] * 2, "touched_mb": [0.5, 0.7, 2.0, 70.0, 0.5, 70.0],
+                         "log_error": np.log([1.10, 1.20, 0.90, 0.80, 1.00, 0.50])})
+    t = em.binned(rows, "touched_mb", em.TOUCHED_MB_EDGES)
+    first, last = t.columns[0], t.columns[-1]  # (0, 1] MB and over 64 MB
+    assert t.loc["a", first] == "+14.9% (2)"  # the median of 1.10 and 1.20 in log space
+    assert t.loc["a", last] == "-20.0% (1)" and t.loc["b", last] == "-50.0% (1)"
+    assert t.loc["b", t.columns[1]] == ""  # no set of b in (1, 4] MB
