@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from shardplan.cost.calibration import labelled_pool, nearest, weight_bytes
+from shardplan.cost.calibration import labelled_pool, nearest, neighbour_factor, weight_bytes
 from shardplan.cost.collect import quiet_reference_ms
 from shardplan.cost.fitness import lookups
 from shardplan.cost.estimator import load_estimator
@@ -108,7 +108,7 @@ def calibrated_turns(df: pd.DataFrame, neighbours: dict[int, tuple[int, ...]], l
     out = []
     for r, picked in neighbours.items():
         for rep in sorted(df["rep"].unique()):
-            factor = float(np.exp(np.mean([np.log(raw[(neighbour_key(r, i), rep)] / labels[i]) for i in picked])))
+            factor = neighbour_factor([raw[(neighbour_key(r, i), rep)] for i in picked], [labels[i] for i in picked])
             out.append({"rank": r, "rep": rep, "raw_ms": raw[(r, rep)], "factor": factor,
                         "calibrated_ms": raw[(r, rep)] / factor})
     return pd.DataFrame(out)

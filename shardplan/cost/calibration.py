@@ -121,6 +121,12 @@ class CalibratedTiming:
         return (self.raw_fwd_ms + self.raw_bwd_ms) / self.reference_slowdown
 
 
+def neighbour_factor(raw_ms: list[float], label_ms: list[float]) -> float:
+    """How much slower than their labels the neighbours run now: the geometric mean of each one's raw
+    time over its label (on 2026-11-22 the median of 4, the middle two, was the noisier)."""
+    return float(np.exp(np.mean(np.log(np.asarray(raw_ms) / np.asarray(label_ms)))))
+
+
 def _fitting_batches(pool: LabelledPool, chosen: tuple[int, ...]) -> list[tuple[int, ...]]:
     """``chosen`` split, in order, into groups whose tables fit in :data:`MEMORY_SHARE` of the memory
     available now (the rank being measured is already built); a neighbour too big for it alone goes alone."""
@@ -181,8 +187,7 @@ def calibrated_timing(specs: list[ShardSpec], optimizer: str, dtype: str, id_see
             del ops  # free these neighbours' tables before others are built
         raw_f = statistics.median(f for f, _ in own)
         raw_b = statistics.median(b for _, b in own)
-        # geometric mean over the neighbours: on 2026-11-22 the median of 4 (the middle two) was the noisier
-        factor = float(np.exp(np.mean([np.log(statistics.median(theirs[i]) / pool.ranks[i].label_ms)
-                                       for i in chosen])))
+        factor = neighbour_factor([statistics.median(theirs[i]) for i in chosen],
+                                  [pool.ranks[i].label_ms for i in chosen])
         estimate = (raw_f + raw_b) / factor
     return CalibratedTiming(raw_f, raw_b, statistics.median(refs) / quiet, factor, chosen, done)
