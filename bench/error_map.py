@@ -33,8 +33,8 @@ import pyarrow.parquet as pq
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.features import touched_bytes
 from shardplan.cost.model import NeuralCostModel
-from shardplan.cost.profiles import get_profile, load1
-from shardplan.cost.train import holdout_mask, load_sets, reference_nominal
+from shardplan.cost.profiles import get_profile, load1, reference_ms
+from shardplan.cost.train import holdout_mask, load_sets
 from shardplan.errors import InputError, exit_status
 from provenance import provenance, write_report  # a sibling: bench/ is on sys.path when run
 
@@ -61,10 +61,15 @@ def error_rows(path: Path, model: NeuralCostModel, nominal: float) -> pd.DataFra
                          "log_error": np.log(predicted / measured)})
 
 
+def median_error(log_error: pd.Series) -> str:
+    """The median of signed log errors as a signed percentage of the measured time."""
+    return f"{np.expm1(np.median(log_error)) * 100:+.1f}%"
+
+
 def binned(rows: pd.DataFrame, column: str, edges: tuple[float, ...]) -> pd.DataFrame:
     """Median signed error in % (and count) per file and bin of ``column``: a markdown-ready table."""
     bins = pd.cut(rows[column], list(edges))
-    cell = lambda e: f"{(np.exp(np.median(e)) - 1) * 100:+.1f}% ({len(e)})"  # noqa: E731
+    cell = lambda e: f"{median_error(e)} ({len(e)})"  # noqa: E731
     table = rows.groupby(["file", bins], observed=True).log_error.agg(cell).unstack(column)
     return table.fillna("")
 
@@ -88,10 +93,12 @@ def main() -> None:
     if not isinstance(model, NeuralCostModel):
         raise InputError("--model", "is not a neural compute model", "give a compute-model.json file")
     load_before = load1()
-    nominal = reference_nominal(pd.read_parquet(profile.dir / "compute.parquet", columns=["ref_before_ms", "ref_after_ms"]))
+    nominal = reference_ms(profile)  # the quiet reference training divided the labels by (its reference.json)
+    if not nominal:
+        raise InputError("--profile", f"profile {args.profile!r} has no reference.json", "run `shardplan train` first")
     rows = pd.concat([error_rows(p, model, nominal) for p in paths], ignore_index=True)
     overall = rows.groupby(["file", "split"]).log_error.agg(
-        sets="count", median=lambda e: f"{(np.exp(np.median(e)) - 1) * 100:+.1f}%",
+        sets="count", median=median_error,
         mape=lambda e: f"{np.mean(np.abs(np.expm1(e))) * 100:.1f}%")  # |predicted / measured - 1|
     md = [f"# Where the `{args.profile}` model errs on stored cost data ({args.name})", "",
           *provenance(load_before), "",
