@@ -100,6 +100,24 @@ def _cmd_collect_ranks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_collect_decompositions(args: argparse.Namespace) -> int:
+    from .cost.collect_decomp import collect_decompositions
+    from .cost.profiles import check_collect_target, get_profile
+
+    profile = get_profile(args.profile)
+    src = Path(args.src) if args.src else profile.dir / "compute-ranks.parquet"
+    if not src.is_file():
+        raise InputError("--src", f"no plan-rank file at {src}", "collect plan ranks first (shardplan collect ranks)")
+    for name in ("sets", "reps"):
+        if getattr(args, name) <= 0:
+            raise InputError(f"--{name}", f"must be a positive integer, got {getattr(args, name)}")
+    out = Path(args.out) if args.out else profile.dir / "compute-decompositions.parquet"
+    check_collect_target(profile, out)
+    df = collect_decompositions(profile, out, args.sets, args.reps, src, args.max_seconds)
+    print(f"{out}: {len(df)} decompositions")
+    return 0
+
+
 def _cmd_collect_comm(args: argparse.Namespace) -> int:
     import datetime as dt
 
@@ -128,7 +146,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     meta = train_and_report(get_profile(args.profile), epochs=args.epochs, seed=args.seed,
                             out_dir=args.out, random_level=args.random_level, split_batches=args.split_batches,
-                            context_totals=args.context_totals)
+                            context_totals=args.context_totals, decompositions=args.decompositions)
     print(report_markdown(meta))
     return 0
 
@@ -551,6 +569,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--context-totals", action=argparse.BooleanOptionalAction, default=False,
                        help="let the set context read the rank's totals (floats looked up and updated, bytes "
                             "held) besides its mean shard; a candidate, not the committed model's recipe")
+    train.add_argument("--decompositions", action=argparse.BooleanOptionalAction, default=False,
+                       help="also learn compute-decompositions.parquet's ratios of sets over their shards alone "
+                            "(shardplan collect decompositions); a candidate, not the committed model's recipe")
     train.set_defaults(func=_cmd_train)
 
     tp = with_profile(sub.add_parser("train-policy", help="train the rl searcher's placement policy against "
@@ -618,6 +639,15 @@ def build_parser() -> argparse.ArgumentParser:
     ct.add_argument("src", metavar="SRC", help="a parquet file of shardplan collect")
     ct.add_argument("--out", required=True, help="parquet file for the new timings (with src_row)")
     ct.set_defaults(func=_cmd_collect_retime)
+    cd = with_profile(csub.add_parser("decompositions", help="time trained-on plan ranks whole and shard by shard "
+                                                             "in the same repetitions (resumable)"), model=False)
+    cd.add_argument("--sets", type=int, default=400, help="total decompositions wanted")
+    cd.add_argument("--reps", type=int, default=5, help="repetitions in which every op takes its turn")
+    cd.add_argument("--src", help="plan-rank file (default data/profiles/<profile>/compute-ranks.parquet)")
+    cd.add_argument("--max-seconds", type=float, default=None,
+                    help="stop after this long, keeping what was collected (run again to resume)")
+    cd.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute-decompositions.parquet)")
+    cd.set_defaults(func=_cmd_collect_decompositions)
     cm = with_profile(csub.add_parser("comm", help="measure gloo all-to-all and fit the comm model"),
                       model=False)
     cm.add_argument("--world-sizes", default="2,3,4")

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
+from ..errors import InputError
 from ..formats import write_json_atomic, write_text_atomic
 from .baselines import GBMCostModel, RooflineCostModel
 from .kernel import REFERENCE_SPECS, slowdown
@@ -35,6 +36,11 @@ RANK_SAMPLE_WEIGHT = 3
 
 
 REFERENCE_PERCENTILE = 5
+# Decompositions (compute-decompositions.parquet) are of trained-on plan ranks, so the task split holds
+# none out; they are split by source row under this key instead (no collector seed is negative).
+DECOMP_SPLIT_SEED = -1
+# A decomposition's label, a ratio within a repetition, weighs as much as a plan rank's.
+DECOMP_WEIGHT = RANK_SAMPLE_WEIGHT
 
 
 def reference_nominal(df: pd.DataFrame) -> float:
@@ -68,6 +74,8 @@ def holdout_mask(df: pd.DataFrame) -> np.ndarray:
 
 
 GROUP_SPLIT = "holdout plan groups (each task's plans timed together; level matched per group)"
+DECOMP_SPLIT = ("holdout decompositions (each set whole over the sum of its shards alone, timed in the same "
+                "repetitions; scored as that ratio)")
 
 
 def level_matched(pred_f: np.ndarray, pred_b: np.ndarray, fwd: np.ndarray, bwd: np.ndarray,
@@ -79,6 +87,38 @@ def level_matched(pred_f: np.ndarray, pred_b: np.ndarray, fwd: np.ndarray, bwd: 
         shift = pd.Series(np.log(y) - np.log(p)).groupby(group).transform("mean").to_numpy()
         out.append(p * np.exp(shift))
     return out[0], out[1]
+
+
+def load_decompositions(path: Path) -> tuple[list[list[ShardSpec]], np.ndarray, pd.DataFrame]:
+    """Sets timed whole and shard by shard, and their measured ratios ``[D, 2]`` (fwd, bwd) of the whole
+    over the sum of its shards alone (:mod:`shardplan.cost.collect_decomp`)."""
+    df = pd.read_parquet(path)
+    return [specs_from_json(s) for s in df["shards"]], df[["ratio_fwd", "ratio_bwd"]].to_numpy(), df
+
+
+def predicted_ratios(model: Any, sets: list[list[ShardSpec]]) -> np.ndarray:
+    """A model's ratios ``[D, 3]`` (fwd, bwd, fwd+bwd) of each set whole over the sum of its shards
+    each predicted alone."""
+    whole_f, whole_b = model.predict(sets)
+    alone_f, alone_b = model.predict([[s] for d in sets for s in d])
+    owner = np.repeat(np.arange(len(sets)), [len(d) for d in sets])
+    sum_f = np.bincount(owner, alone_f, len(sets))
+    sum_b = np.bincount(owner, alone_b, len(sets))
+    return np.stack([whole_f / sum_f, whole_b / sum_b, (whole_f + whole_b) / (sum_f + sum_b)], axis=1)
+
+
+def ratio_metrics(pred: np.ndarray, df: pd.DataFrame) -> dict[str, Any]:
+    """Predicted ratios ``[D, 3]`` against the measured ones: MAPE, Spearman and the median signed
+    error per head (fwd+bwd's measured ratio is that of the medians' sums)."""
+    whole = df["whole_fwd_ms"] + df["whole_bwd_ms"]
+    alone = df["alone_fwd_ms"].map(np.sum) + df["alone_bwd_ms"].map(np.sum)
+    out: dict[str, Any] = {}
+    for k, (name, y) in enumerate((("fwd", df["ratio_fwd"]), ("bwd", df["ratio_bwd"]), ("fwd+bwd", whole / alone))):
+        y = np.asarray(y, dtype=float)
+        out[name] = {"mape": float(np.mean(np.abs(pred[:, k] - y) / y)),
+                     "spearman": float(spearmanr(pred[:, k], y).statistic),
+                     "median_error": float(np.median(pred[:, k] / y - 1.0))}
+    return out
 
 
 def metrics(pred_f: np.ndarray, pred_b: np.ndarray, fwd: np.ndarray, bwd: np.ndarray) -> dict[str, Any]:
@@ -93,12 +133,14 @@ def metrics(pred_f: np.ndarray, pred_b: np.ndarray, fwd: np.ndarray, bwd: np.nda
 def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_dir: Path | None = None,
                      out_dir: Path | None = None, progress: bool = True,
                      random_level: bool = True, split_batches: bool = True,
-                     context_totals: bool = False) -> dict[str, Any]:
+                     context_totals: bool = False, decompositions: bool = False) -> dict[str, Any]:
     """Train on ``data_dir`` (default: the profile's folder), write model and report to ``out_dir``.
     ``random_level``: the random sets' level is learnt apart from plan ranks' (``NeuralCostModel.fit``);
     it needs plan ranks (``compute-ranks.parquet``) and is not used without them. ``split_batches``: a
     rank's shards of each batch size are priced as an op of their own (``NeuralCostModel.fit``).
-    ``context_totals``: the set context also reads the rank's totals (a candidate; ``NeuralCostModel.fit``)."""
+    ``context_totals``: the set context also reads the rank's totals (a candidate; ``NeuralCostModel.fit``).
+    ``decompositions``: also learn ``compute-decompositions.parquet``'s ratios of sets over their shards alone
+    (a candidate; ``NeuralCostModel.fit``), held out by source row and scored as ratios."""
     data_dir = data_dir or profile.dir
     out_dir = out_dir or data_dir
     nominal = reference_nominal(pd.read_parquet(data_dir / "compute.parquet", columns=["ref_before_ms", "ref_after_ms"]))
@@ -142,12 +184,23 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         task_of = gdf["seed"].astype(str) + ":" + gdf["sample"].astype(str)
         group_counts = (len(gtr), len(gte), int(task_of[gtr].nunique()), int(task_of[gte].nunique()))
 
+    decomp_train = decomp_split = None
+    decomp_path = data_dir / "compute-decompositions.parquet"
+    if decompositions:
+        if not decomp_path.exists():
+            raise InputError("--decompositions", f"no decompositions at {decomp_path}",
+                             "collect them first: shardplan collect decompositions")
+        dsets, dratio, ddf = load_decompositions(decomp_path)
+        dhold = np.array([is_holdout(DECOMP_SPLIT_SEED, i) for i in ddf["src_row"]], dtype=bool)
+        decomp_train = (pick(np.flatnonzero(~dhold), dsets), dratio[~dhold])
+        decomp_split = (pick(np.flatnonzero(dhold), dsets), ddf[dhold])
+
     random_level = random_level and rank_split is not None  # without plan ranks there is no other level
     models = {
         # grouped ranks are the same population as the plan ranks, and weigh as much
         "neural": NeuralCostModel(profile=profile.name, epochs=epochs, seed=seed, group_weight=RANK_SAMPLE_WEIGHT,
                                   random_level=random_level, split_batches=split_batches,
-                                  context_totals=context_totals),
+                                  context_totals=context_totals, decomp_weight=DECOMP_WEIGHT),
         "roofline (TorchRec form)": RooflineCostModel(),
         "gbm (hand features)": GBMCostModel(seed=seed),
     }
@@ -157,7 +210,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     for name, m in models.items():
         if isinstance(m, NeuralCostModel):
             m.fit(train_sets, train_f, train_b, progress=progress, groups=groups,
-                  random_sets=np.arange(len(train_sets)) < len(tr))  # compute.parquet's sets come first
+                  random_sets=np.arange(len(train_sets)) < len(tr),  # compute.parquet's sets come first
+                  decompositions=decomp_train)
         else:
             m.fit(*absolute_split)
 
@@ -187,13 +241,20 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                               "models": {name: metrics(*level_matched(*m.predict(s), f, b, gid), f, b)
                                          for name, m in models.items()}}
 
+    if decomp_split is not None and len(decomp_split[0]):
+        s, ddf = decomp_split
+        evals[DECOMP_SPLIT] = {"n": len(s), "num_shards": [min(map(len, s)), max(map(len, s))],
+                               "models": {name: ratio_metrics(predicted_ratios(m, s), ddf)
+                                          for name, m in models.items()}}
+
     neural = models["neural"]
     meta = {
         "profile": profile.name,
         "trained_on": (f"data/profiles/{profile.name}/compute.parquet" if data_dir == profile.dir
                        else str(data_dir / "compute.parquet"))
                       + (" + compute-ranks.parquet" if rank_split is not None else "")
-                      + (" + compute-plan-groups.parquet" if group_split is not None else ""),
+                      + (" + compute-plan-groups.parquet" if group_split is not None else "")
+                      + (" + compute-decompositions.parquet" if decomp_train is not None else ""),
         "train_samples": int(len(tr)), "holdout_samples": int(len(te)),
         **({"train_rank_samples": rank_counts[0], "holdout_rank_samples": rank_counts[1],
             "train_rank_tasks": rank_counts[2], "holdout_rank_tasks": rank_counts[3],
@@ -219,7 +280,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         "command": f"shardplan train --profile {profile.name} --epochs {epochs} --seed {seed}"
                    + ("" if random_level else " --no-random-level")
                    + ("" if split_batches else " --no-split-batches")
-                   + (" --context-totals" if context_totals else ""),
+                   + (" --context-totals" if context_totals else "")
+                   + (" --decompositions" if decompositions else ""),
         "date": _dt.date.today().isoformat(),
     }
     neural.save(out_dir / "compute-model.json", meta)

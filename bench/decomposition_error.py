@@ -1,0 +1,129 @@
+"""How far sets sit over their shards alone, measured and predicted: a model on the stored decompositions.
+
+``shardplan collect decompositions`` times plan ranks whole and shard by
+shard in the same repetitions; the ratio of the whole over the sum of its
+shards alone is a label in which the host's level cancels. This script
+predicts each set whole and each shard alone with ``--model`` (default: the
+profile's committed model) and reports the predicted ratio against the
+measured one (fwd+bwd; signed error: negative, the model says the shards slow
+one another less than they do), overall, per split (the decompositions
+training holds out, by source row, and the rest), by MB of rows touched a
+batch and by shard count, beside the label's own spread (the median distance
+of a repetition's ratio from the set's median). And, since each set is a
+stored plan rank with a label of its own (taken at another hour): how far the
+whole now sits from that label (divided by the reference slowdown of its
+repetitions, as training divides labels), and how much of that move the
+error in the predicted ratio accounts for (a least-squares line in log).
+Measured = real FBGEMM CPU
+kernel times of the file; predicted = the named model. Writes
+``bench/results/decomposition-error-<name>.md``.
+
+    .venv/bin/python bench/decomposition_error.py --profile cpu-2c-xeon --name cpu-2c-xeon
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from shardplan.cost.estimator import load_estimator
+from shardplan.cost.features import touched_bytes
+from shardplan.cost.kernel import slowdown
+from shardplan.cost.profiles import get_profile, load1, reference_ms
+from shardplan.cost.train import DECOMP_SPLIT_SEED, is_holdout, load_decompositions, predicted_ratios
+from shardplan.errors import InputError, exit_status
+from error_map import TOUCHED_MB_EDGES, binned, median_error  # siblings: bench/ is on sys.path when run
+from provenance import provenance, write_report
+
+SHARD_EDGES = (2, 4, 8, 16, np.inf)
+
+
+def ratio_rows(df: pd.DataFrame, sets: list, predicted: np.ndarray) -> pd.DataFrame:
+    """One row per decomposition: split, shard count, MB touched, the whole's raw ms, measured and predicted
+    fwd+bwd ratio (whole over the sum alone; measured per repetition, then the median), signed log error and
+    the label's spread (median |log repetition ratio - log median ratio|)."""
+    rows = []
+    for (_, r), specs, pred in zip(df.iterrows(), sets, predicted):
+        f, b = np.stack(r["fwd_samples_ms"]), np.stack(r["bwd_samples_ms"])
+        per_rep = (f[:, 0] + b[:, 0]) / (f[:, 1:] + b[:, 1:]).sum(axis=1)
+        measured = float(np.median(per_rep))
+        rows.append({"file": "decompositions",
+                     "split": "held out" if is_holdout(DECOMP_SPLIT_SEED, r["src_row"]) else "trained on",
+                     "shards": len(specs), "touched_mb": touched_bytes(specs) / 2**20,
+                     "whole_ms": r["whole_fwd_ms"] + r["whole_bwd_ms"], "measured_ratio": measured,
+                     "predicted_ratio": float(pred), "log_error": float(np.log(pred / measured)),
+                     "label_spread": float(np.median(np.abs(np.log(per_rep / measured))))})
+    return pd.DataFrame(rows)
+
+
+def label_moves(df: pd.DataFrame, profile_dir: Path, quiet_ms: float) -> np.ndarray:
+    """Each set's whole now over its stored label, both divided by the reference slowdown of their timing
+    (now: the median reference of its repetitions; the label: its row's before/after references)."""
+    moves = np.full(len(df), np.nan)
+    for name, part in df.groupby("src"):
+        src = pd.read_parquet(profile_dir / name).loc[part["src_row"]]
+        label = (src["fwd_ms"] + src["bwd_ms"]).to_numpy() / slowdown(
+            src["ref_before_ms"].to_numpy(), src["ref_after_ms"].to_numpy(), quiet_ms)
+        now = (part["whole_fwd_ms"] + part["whole_bwd_ms"]).to_numpy() / (part["ref_ms"].map(np.median).to_numpy() / quiet_ms)
+        moves[df.index.get_indexer(part.index)] = now / label
+    return moves
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", default="cpu-2c")
+    ap.add_argument("--file", type=Path, help="decompositions file (default: the profile's compute-decompositions.parquet)")
+    ap.add_argument("--model", help="compute-model file (default: the profile's committed one)")
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--out", type=Path, default=Path("bench/results"))
+    args = ap.parse_args()
+    profile = get_profile(args.profile)
+    path = args.file or profile.dir / "compute-decompositions.parquet"
+    if not path.is_file():
+        raise InputError("--file", f"no decompositions at {path}", "collect them: shardplan collect decompositions")
+    model = load_estimator(args.profile, args.model).compute
+    load_before = load1()
+    sets, _, df = load_decompositions(path)
+    rows = ratio_rows(df, sets, predicted_ratios(model, sets)[:, 2])
+    overall = rows.groupby("split").agg(
+        sets=("log_error", "count"), median_error=("log_error", median_error),
+        mape=("log_error", lambda e: f"{np.mean(np.abs(np.expm1(e))) * 100:.1f}%"),
+        measured_ratio=("measured_ratio", "median"), predicted_ratio=("predicted_ratio", "median"),
+        label_spread=("label_spread", lambda s: f"{np.median(s) * 100:.1f}%"))
+    spearman = rows[["measured_ratio", "predicted_ratio"]].corr(method="spearman").iloc[0, 1]
+    quiet = reference_ms(profile)
+    if not quiet:
+        raise InputError("--profile", f"profile {args.profile!r} has no reference.json", "run `shardplan train` first")
+    move = np.log(label_moves(df, path.parent, quiet))
+    ratio_error = -rows["log_error"].to_numpy()  # log measured ratio over predicted
+    slope, intercept = np.polyfit(ratio_error, move, 1)
+    residual = move - (slope * ratio_error + intercept)
+    md = [f"# Sets over their shards alone: `{args.profile}` decompositions ({args.name})", "",
+          *provenance(load_before), "",
+          f"Measured: `{path}` (real FBGEMM CPU kernel times, {df['date'].min()} to {df['date'].max()}; each set "
+          "whole and each shard alone in the same repetitions, the ratio whole / sum alone per repetition, then "
+          f"the median). Predicted: `{args.model or 'the committed model'}`, each set whole and each shard alone. "
+          "Cells: median signed error of the predicted ratio (negative: the model says the shards slow one "
+          "another less than they do) and, in brackets, how many sets. The split is training's for "
+          "decompositions (by source row); a model trained without them has learnt none of these ratios.", "",
+          "## Overall", "", overall.reset_index().to_markdown(index=False, floatfmt=".3f"), "",
+          f"Spearman of predicted and measured ratio: {spearman:.3f}.", "",
+          "## The whole now against its stored label", "",
+          f"The sets' wholes now over their labels (both divided by their reference slowdown): median "
+          f"{np.exp(np.median(move)):.3f}, sd of the log {np.std(move, ddof=1) * 100:.1f}%. Correlation of that log "
+          f"move with the log of the measured over the predicted ratio: {np.corrcoef(move, ratio_error)[0, 1]:.2f}; "
+          f"a line in it (slope {slope:.2f}) leaves an sd of {np.std(residual, ddof=2) * 100:.1f}%. With the "
+          f"measured ratio alone: correlation {np.corrcoef(move, np.log(rows['measured_ratio']))[0, 1]:.2f}.", "",
+          "## By MB of rows touched a batch", "", binned(rows, "touched_mb", TOUCHED_MB_EDGES).to_markdown(), "",
+          "## By shard count", "", binned(rows, "shards", SHARD_EDGES).to_markdown(), "",
+          "## Measured ratio by MB touched (median, and the model's)", "",
+          rows.groupby(pd.cut(rows["touched_mb"], list(TOUCHED_MB_EDGES)), observed=True)[
+              ["measured_ratio", "predicted_ratio"]].median().to_markdown(floatfmt=".3f"), ""]
+    write_report(args.out, f"decomposition-error-{args.name}", md)
+
+
+if __name__ == "__main__":
+    sys.exit(exit_status(main))
