@@ -14,6 +14,9 @@ stored plan rank with a label of its own (taken at another hour): how far the
 whole now sits from that label (divided by the reference slowdown of its
 repetitions, as training divides labels), and how much of that move the
 error in the predicted ratio accounts for (a least-squares line in log).
+With ``--paired-with`` (another decompositions file of the same source rows,
+e.g. a re-time) the sets both files hold are compared pair by pair: the ratio,
+the sum of the shards alone and the reference, one file's over the other's.
 Measured = real FBGEMM CPU
 kernel times of the file; predicted = the named model. Writes
 ``bench/results/decomposition-error-<name>.md``.
@@ -39,6 +42,8 @@ from error_map import TOUCHED_MB_EDGES, binned, median_error  # siblings: bench/
 from provenance import provenance, write_report
 
 SHARD_EDGES = (2, 4, 8, 16, np.inf)
+HEAVY_MB = 16.0  # sets touching more than this a batch: where the host's state moves the ratio most
+WINDOW_MIN = 5  # minutes per row of the by-the-clock table
 
 
 def ratio_rows(df: pd.DataFrame, sets: list, predicted: np.ndarray) -> pd.DataFrame:
@@ -59,6 +64,24 @@ def ratio_rows(df: pd.DataFrame, sets: list, predicted: np.ndarray) -> pd.DataFr
     return pd.DataFrame(rows)
 
 
+def by_the_clock(rows: pd.DataFrame, df: pd.DataFrame, quiet_ms: float) -> pd.DataFrame:
+    """Per ``WINDOW_MIN`` minutes of collection: sets, the median reference slowdown, the median signed error of
+    the predicted ratio (all sets; those touching over ``HEAVY_MB``), and the heavy sets' median measured ratio.
+    The sets are taken in a seeded random order, so a move along the clock is the host's."""
+    when = pd.to_datetime(df["date"]).dt.floor(f"{WINDOW_MIN}min").dt.strftime("%H:%M").to_numpy()
+    heavy = rows["touched_mb"] > HEAVY_MB
+    out = []
+    for t in sorted(set(when)):
+        w, h = when == t, (when == t) & heavy
+        out.append({"from (UTC)": t, "sets": int(w.sum()),
+                    "reference": float(np.median(np.concatenate(df.loc[w, "ref_ms"].map(np.asarray).tolist()))) / quiet_ms,
+                    "error, all": median_error(rows.loc[w, "log_error"]),
+                    f"error, over {HEAVY_MB:g} MB": median_error(rows.loc[h, "log_error"]) if h.any() else "",
+                    f"measured ratio, over {HEAVY_MB:g} MB": float(rows.loc[h, "measured_ratio"].median())
+                    if h.any() else np.nan})
+    return pd.DataFrame(out)
+
+
 def label_moves(df: pd.DataFrame, profile_dir: Path, quiet_ms: float) -> np.ndarray:
     """Each set's whole now over its stored label, both divided by the reference slowdown of their timing
     (now: the median reference of its repetitions; the label: its row's before/after references)."""
@@ -72,11 +95,29 @@ def label_moves(df: pd.DataFrame, profile_dir: Path, quiet_ms: float) -> np.ndar
     return moves
 
 
+def paired(df: pd.DataFrame, other: pd.DataFrame, heavy: pd.Series) -> pd.DataFrame:
+    """For the source rows both files hold: medians of this file's over ``other``'s fwd+bwd ratio (all sets, heavy
+    and light ones: ``heavy`` per row of ``df``), sum of the shards alone and median reference."""
+    a, b = df.assign(heavy=heavy.to_numpy()).set_index("src_row"), other.set_index("src_row")
+    common = a.index.intersection(b.index)
+    a, b = a.loc[common], b.loc[common]
+    alone = lambda d: d["alone_fwd_ms"].map(np.sum) + d["alone_bwd_ms"].map(np.sum)  # noqa: E731
+    ratio = lambda d: (d["whole_fwd_ms"] + d["whole_bwd_ms"]) / alone(d)  # noqa: E731
+    move = ratio(a) / ratio(b)
+    return pd.DataFrame([{
+        "pairs": len(common), f"heavy (over {HEAVY_MB:g} MB)": int(a["heavy"].sum()),
+        "ratio, all": move.median(), "ratio, heavy": move[a["heavy"]].median(), "ratio, light": move[~a["heavy"]].median(),
+        "sum alone": (alone(a) / alone(b)).median(),
+        "reference": (a["ref_ms"].map(np.median) / b["ref_ms"].map(np.median)).median(),
+        "dates": f"{a['date'].min()[11:16]}-{a['date'].max()[11:16]} over {b['date'].min()[11:16]}-{b['date'].max()[11:16]} UTC"}])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="cpu-2c")
     ap.add_argument("--file", type=Path, help="decompositions file (default: the profile's compute-decompositions.parquet)")
     ap.add_argument("--model", help="compute-model file (default: the profile's committed one)")
+    ap.add_argument("--paired-with", type=Path, help="another decompositions file of the same source rows (a re-time)")
     ap.add_argument("--name", required=True)
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     args = ap.parse_args()
@@ -97,7 +138,7 @@ def main() -> None:
     quiet = reference_ms(profile)
     if not quiet:
         raise InputError("--profile", f"profile {args.profile!r} has no reference.json", "run `shardplan train` first")
-    move = np.log(label_moves(df, path.parent, quiet))
+    move = np.log(label_moves(df, profile.dir, quiet))  # `src` names a file of the profile's folder
     ratio_error = -rows["log_error"].to_numpy()  # log measured ratio over predicted
     slope, intercept = np.polyfit(ratio_error, move, 1)
     residual = move - (slope * ratio_error + intercept)
@@ -111,6 +152,8 @@ def main() -> None:
           "decompositions (by source row); a model trained without them has learnt none of these ratios.", "",
           "## Overall", "", overall.reset_index().to_markdown(index=False, floatfmt=".3f"), "",
           f"Spearman of predicted and measured ratio: {spearman:.3f}.", "",
+          f"## By the clock ({WINDOW_MIN}-minute windows)", "",
+          by_the_clock(rows, df, quiet).to_markdown(index=False, floatfmt=".3f"), "",
           "## The whole now against its stored label", "",
           f"The sets' wholes now over their labels (both divided by their reference slowdown): median "
           f"{np.exp(np.median(move)):.3f}, sd of the log {np.std(move, ddof=1) * 100:.1f}%. Correlation of that log "
@@ -122,6 +165,13 @@ def main() -> None:
           "## Measured ratio by MB touched (median, and the model's)", "",
           rows.groupby(pd.cut(rows["touched_mb"], list(TOUCHED_MB_EDGES)), observed=True)[
               ["measured_ratio", "predicted_ratio"]].median().to_markdown(floatfmt=".3f"), ""]
+    if args.paired_with:
+        if not args.paired_with.is_file():
+            raise InputError("--paired-with", f"no decompositions at {args.paired_with}", "give a file of shardplan collect decompositions")
+        md += [f"## Paired with `{args.paired_with}`", "",
+               "The same sets, this file's over that one's (medians of per-set ratios):", "",
+               paired(df, pd.read_parquet(args.paired_with), rows["touched_mb"] > HEAVY_MB).to_markdown(
+                   index=False, floatfmt=".3f"), ""]
     write_report(args.out, f"decomposition-error-{args.name}", md)
 
 

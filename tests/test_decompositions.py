@@ -101,3 +101,23 @@ def test_training_with_decompositions_holds_some_out_and_names_the_flag(tmp_path
     held = sum(is_holdout(-1, i) for i in range(len(big)))
     assert held and meta["evaluation"][DECOMP_SPLIT]["n"] == held
     assert set(meta["evaluation"][DECOMP_SPLIT]["models"]["neural"]["fwd+bwd"]) == {"mape", "spearman", "median_error"}
+
+
+def _decomp_frame(rows: list[tuple[int, float, float, str]]) -> pd.DataFrame:
+    """A decompositions file's columns that bench/decomposition_error.py pairs: (src_row, whole ms, each of
+    two shards alone ms, date) per row, fwd and bwd alike."""
+    return pd.DataFrame([{"src_row": i, "whole_fwd_ms": w, "whole_bwd_ms": w, "alone_fwd_ms": [a, a],
+                          "alone_bwd_ms": [a, a], "ref_ms": [1.0, 1.2], "date": d} for i, w, a, d in rows])
+
+
+def test_paired_compares_the_same_sets_of_two_files(load_script):
+    de = load_script("bench/decomposition_error.py")
+    then = _decomp_frame([(0, 2.0, 1.0, "2026-11-24T19:41:00"), (1, 2.0, 1.0, "2026-11-24T19:42:00"),
+                          (2, 2.0, 1.0, "2026-11-24T19:43:00")])
+    now = _decomp_frame([(1, 3.0, 1.0, "2026-11-24T20:43:00"), (2, 2.2, 1.1, "2026-11-24T20:44:00"),
+                         (5, 9.0, 1.0, "2026-11-24T20:45:00")])
+    t = de.paired(now, then, pd.Series([True, False, True])).iloc[0]
+    assert t["pairs"] == 2 and t["heavy (over 16 MB)"] == 1  # rows 1 and 2; row 1 heavy
+    assert t["ratio, heavy"] == pytest.approx(1.5) and t["ratio, light"] == pytest.approx(1.0)
+    assert t["sum alone"] == pytest.approx(1.05) and t["reference"] == pytest.approx(1.0)
+    assert t["dates"] == "20:43-20:44 over 19:42-19:43 UTC"
