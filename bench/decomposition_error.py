@@ -36,7 +36,8 @@ from shardplan.cost.estimator import load_estimator
 from shardplan.cost.features import touched_bytes
 from shardplan.cost.kernel import slowdown
 from shardplan.cost.profiles import get_profile, load1, reference_ms
-from shardplan.cost.train import DECOMP_SPLIT_SEED, is_holdout, load_decompositions, predicted_ratios
+from shardplan.cost.train import (decomposition_holdout, load_decompositions, measured_ratios, predicted_ratios,
+                                  repetition_ratios)
 from shardplan.errors import InputError, exit_status
 from error_map import TOUCHED_MB_EDGES, binned, median_error  # siblings: bench/ is on sys.path when run
 from provenance import provenance, write_report
@@ -51,12 +52,10 @@ def ratio_rows(df: pd.DataFrame, sets: list, predicted: np.ndarray) -> pd.DataFr
     fwd+bwd ratio (whole over the sum alone; measured per repetition, then the median), signed log error and
     the label's spread (median |log repetition ratio - log median ratio|)."""
     rows = []
-    for (_, r), specs, pred in zip(df.iterrows(), sets, predicted):
-        f, b = np.stack(r["fwd_samples_ms"]), np.stack(r["bwd_samples_ms"])
-        per_rep = (f[:, 0] + b[:, 0]) / (f[:, 1:] + b[:, 1:]).sum(axis=1)
-        measured = float(np.median(per_rep))
-        rows.append({"file": "decompositions",
-                     "split": "held out" if is_holdout(DECOMP_SPLIT_SEED, r["src_row"]) else "trained on",
+    held, measured_all = decomposition_holdout(df), measured_ratios(df)[:, 2]
+    for (_, r), specs, pred, measured, out in zip(df.iterrows(), sets, predicted, measured_all, held):
+        per_rep = repetition_ratios(r)
+        rows.append({"file": "decompositions", "split": "held out" if out else "trained on",
                      "shards": len(specs), "touched_mb": touched_bytes(specs) / 2**20,
                      "whole_ms": r["whole_fwd_ms"] + r["whole_bwd_ms"], "measured_ratio": measured,
                      "predicted_ratio": float(pred), "log_error": float(np.log(pred / measured)),

@@ -94,7 +94,9 @@ def test_training_with_decompositions_holds_some_out_and_names_the_flag(tmp_path
     pd.DataFrame({"src_row": range(len(big)), "shards": [specs_to_json(sets[i]) for i in big],
                   "ratio_fwd": 1.2, "ratio_bwd": 1.3, "whole_fwd_ms": fwd[big], "whole_bwd_ms": bwd[big],
                   "alone_fwd_ms": [[fwd[i] / len(sets[i])] * len(sets[i]) for i in big],
-                  "alone_bwd_ms": [[bwd[i] / len(sets[i])] * len(sets[i]) for i in big]},
+                  "alone_bwd_ms": [[bwd[i] / len(sets[i])] * len(sets[i]) for i in big],
+                  "fwd_samples_ms": [[[1.2 * fwd[i]] + [fwd[i] / len(sets[i])] * len(sets[i])] for i in big],
+                  "bwd_samples_ms": [[[1.3 * bwd[i]] + [bwd[i] / len(sets[i])] * len(sets[i])] for i in big]},
                  ).to_parquet(tmp_path / "compute-decompositions.parquet")
     meta = train_and_report(prof, epochs=2, data_dir=tmp_path, progress=False, decompositions=True)
     assert meta["command"].endswith("--decompositions") and "compute-decompositions" in meta["trained_on"]

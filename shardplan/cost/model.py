@@ -279,7 +279,10 @@ class NeuralCostModel:
         set whole over the sum of its shards each predicted alone), times ``decomp_weight``; every
         decomposition comes once an epoch. Why: no other label says how far a set sits over its
         shards alone without an hour's level in it, and that is what the model missed on the one
-        TorchRec rank it left outside 15% on the Xeon (1.32-1.77x measured, 1.24x predicted).
+        TorchRec rank it left outside 15% on the Xeon (1.32-1.77x measured, 1.24x predicted). A
+        candidate (2026-11-24, the Xeon profile's ``candidates/decompositions/``), not the committed
+        recipe: the ratios move with the host's cache state, and learnt against labels taken in
+        another they cost the larger sets (``docs/cost-model.md``, "Sets over their shards alone").
         """
         if len(sets) != len(fwd_ms) or len(sets) != len(bwd_ms):
             raise InputError("fit", "sets, fwd_ms and bwd_ms must have the same length")

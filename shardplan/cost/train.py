@@ -96,6 +96,24 @@ def load_decompositions(path: Path) -> tuple[list[list[ShardSpec]], np.ndarray, 
     return [specs_from_json(s) for s in df["shards"]], df[["ratio_fwd", "ratio_bwd"]].to_numpy(), df
 
 
+def decomposition_holdout(df: pd.DataFrame) -> np.ndarray:
+    """Which decompositions training holds out: by source row (``DECOMP_SPLIT_SEED``)."""
+    return np.array([is_holdout(DECOMP_SPLIT_SEED, i) for i in df["src_row"]], dtype=bool)
+
+
+def repetition_ratios(row: pd.Series) -> np.ndarray:
+    """A decomposition's fwd+bwd ratio whole / sum alone in each of its repetitions."""
+    f, b = np.stack(row["fwd_samples_ms"]), np.stack(row["bwd_samples_ms"])
+    return (f[:, 0] + b[:, 0]) / (f[:, 1:] + b[:, 1:]).sum(axis=1)
+
+
+def measured_ratios(df: pd.DataFrame) -> np.ndarray:
+    """Decompositions' measured ratios ``[D, 3]``: fwd and bwd as labelled, and fwd+bwd as they are
+    (the median over repetitions of the per-repetition ratio)."""
+    total = df.apply(lambda r: float(np.median(repetition_ratios(r))), axis=1).to_numpy()
+    return np.column_stack([df["ratio_fwd"].to_numpy(), df["ratio_bwd"].to_numpy(), total])
+
+
 def predicted_ratios(model: Any, sets: list[list[ShardSpec]]) -> np.ndarray:
     """A model's ratios ``[D, 3]`` (fwd, bwd, fwd+bwd) of each set whole over the sum of its shards
     each predicted alone."""
@@ -107,14 +125,12 @@ def predicted_ratios(model: Any, sets: list[list[ShardSpec]]) -> np.ndarray:
     return np.stack([whole_f / sum_f, whole_b / sum_b, (whole_f + whole_b) / (sum_f + sum_b)], axis=1)
 
 
-def ratio_metrics(pred: np.ndarray, df: pd.DataFrame) -> dict[str, Any]:
-    """Predicted ratios ``[D, 3]`` against the measured ones: MAPE, Spearman and the median signed
-    error per head (fwd+bwd's measured ratio is that of the medians' sums)."""
-    whole = df["whole_fwd_ms"] + df["whole_bwd_ms"]
-    alone = df["alone_fwd_ms"].map(np.sum) + df["alone_bwd_ms"].map(np.sum)
+def ratio_metrics(pred: np.ndarray, measured: np.ndarray) -> dict[str, Any]:
+    """Predicted ratios ``[D, 3]`` against the measured ones (:func:`measured_ratios`): MAPE, Spearman and
+    the median signed error per head."""
     out: dict[str, Any] = {}
-    for k, (name, y) in enumerate((("fwd", df["ratio_fwd"]), ("bwd", df["ratio_bwd"]), ("fwd+bwd", whole / alone))):
-        y = np.asarray(y, dtype=float)
+    for k, name in enumerate(("fwd", "bwd", "fwd+bwd")):
+        y = measured[:, k]
         out[name] = {"mape": float(np.mean(np.abs(pred[:, k] - y) / y)),
                      "spearman": float(spearmanr(pred[:, k], y).statistic),
                      "median_error": float(np.median(pred[:, k] / y - 1.0))}
@@ -191,9 +207,9 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
             raise InputError("--decompositions", f"no decompositions at {decomp_path}",
                              "collect them first: shardplan collect decompositions")
         dsets, dratio, ddf = load_decompositions(decomp_path)
-        dhold = np.array([is_holdout(DECOMP_SPLIT_SEED, i) for i in ddf["src_row"]], dtype=bool)
+        dhold = decomposition_holdout(ddf)
         decomp_train = (pick(np.flatnonzero(~dhold), dsets), dratio[~dhold])
-        decomp_split = (pick(np.flatnonzero(dhold), dsets), ddf[dhold])
+        decomp_split = (pick(np.flatnonzero(dhold), dsets), measured_ratios(ddf[dhold]))
 
     random_level = random_level and rank_split is not None  # without plan ranks there is no other level
     models = {
@@ -242,9 +258,9 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                                          for name, m in models.items()}}
 
     if decomp_split is not None and len(decomp_split[0]):
-        s, ddf = decomp_split
+        s, measured = decomp_split
         evals[DECOMP_SPLIT] = {"n": len(s), "num_shards": [min(map(len, s)), max(map(len, s))],
-                               "models": {name: ratio_metrics(predicted_ratios(m, s), ddf)
+                               "models": {name: ratio_metrics(predicted_ratios(m, s), measured)
                                           for name, m in models.items()}}
 
     neural = models["neural"]
