@@ -95,14 +95,13 @@ def label_moves(df: pd.DataFrame, profile_dir: Path, quiet_ms: float) -> np.ndar
 
 
 def paired(df: pd.DataFrame, other: pd.DataFrame, heavy: pd.Series) -> pd.DataFrame:
-    """For the source rows both files hold: medians of this file's over ``other``'s fwd+bwd ratio (all sets, heavy
+    """For the source rows both files hold: medians of this file's over ``other``'s fwd+bwd ratio (:func:`measured_ratios`; all sets, heavy
     and light ones: ``heavy`` per row of ``df``), sum of the shards alone and median reference."""
     a, b = df.assign(heavy=heavy.to_numpy()).set_index("src_row"), other.set_index("src_row")
     common = a.index.intersection(b.index)
     a, b = a.loc[common], b.loc[common]
     alone = lambda d: d["alone_fwd_ms"].map(np.sum) + d["alone_bwd_ms"].map(np.sum)  # noqa: E731
-    ratio = lambda d: (d["whole_fwd_ms"] + d["whole_bwd_ms"]) / alone(d)  # noqa: E731
-    move = ratio(a) / ratio(b)
+    move = pd.Series(measured_ratios(a)[:, 2] / measured_ratios(b)[:, 2], index=common)
     return pd.DataFrame([{
         "pairs": len(common), f"heavy (over {HEAVY_MB:g} MB)": int(a["heavy"].sum()),
         "ratio, all": move.median(), "ratio, heavy": move[a["heavy"]].median(), "ratio, light": move[~a["heavy"]].median(),

@@ -109,7 +109,9 @@ def _decomp_frame(rows: list[tuple[int, float, float, str]]) -> pd.DataFrame:
     """A decompositions file's columns that bench/decomposition_error.py pairs: (src_row, whole ms, each of
     two shards alone ms, date) per row, fwd and bwd alike."""
     return pd.DataFrame([{"src_row": i, "whole_fwd_ms": w, "whole_bwd_ms": w, "alone_fwd_ms": [a, a],
-                          "alone_bwd_ms": [a, a], "ref_ms": [1.0, 1.2], "date": d} for i, w, a, d in rows])
+                          "alone_bwd_ms": [a, a], "fwd_samples_ms": [[w, a, a]], "bwd_samples_ms": [[w, a, a]],
+                          "ratio_fwd": w / (2 * a), "ratio_bwd": w / (2 * a), "ref_ms": [1.0, 1.2], "date": d}
+                         for i, w, a, d in rows])
 
 
 def test_paired_compares_the_same_sets_of_two_files(load_script):
