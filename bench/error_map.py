@@ -15,7 +15,11 @@ levels, and not alike for every set: a file whose errors grow with the rows
 touched was labelled on a host whose memory system was slower (or faster)
 than the one the model learnt its level from. Measured = the files' real
 FBGEMM CPU timings; predicted = ``--model`` (default: the profile's committed
-model). Writes ``bench/results/error-map-<name>.md``.
+model). Hot mixes (``compute-hot-mixes.parquet``) are labelled by neighbour
+calibration, already on the stored plan ranks' host: they are not divided and
+are scored at the plan level. A file is split into trained on / held out when
+the model's metadata says it learnt from it, else it is "not trained on".
+Writes ``bench/results/error-map-<name>.md``.
 
     .venv/bin/python bench/error_map.py --profile cpu-2c-xeon --name cpu-2c-xeon \\
       --files compute.parquet compute-ranks.parquet compute-ranks-b.parquet compute-large.parquet
@@ -40,20 +44,25 @@ from provenance import provenance, write_report  # a sibling: bench/ is on sys.p
 
 TOUCHED_MB_EDGES = (0, 1, 4, 8, 16, 32, 64, np.inf)
 MS_EDGES = (0, 2, 4, 8, 16, 32, np.inf)
-# the files with absolute labels that ``shardplan train`` learns from (the rest are never trained on)
-TRAINED_FILES = ("compute.parquet", "compute-ranks.parquet")
+
+
+def trained_files(model: NeuralCostModel) -> set[str]:
+    """The names of the files the model's metadata says it learnt from."""
+    return {Path(part.strip()).name for part in str(model.metadata.get("trained_on", "")).split("+") if part.strip()}
 
 
 def error_rows(path: Path, model: NeuralCostModel, nominal: float) -> pd.DataFrame:
     """One row per absolute-labelled set of ``path``: its split (training's hold-out rule for the files
-    training reads; "not trained on" for the rest), shard count, MB touched, measured and predicted
+    the model learnt from; "not trained on" for the rest), shard count, MB touched, measured and predicted
     fwd+bwd ms and signed log error."""
-    plan_ranks = "source" in pq.read_schema(path).names and \
-        (pd.read_parquet(path, columns=["source"])["source"] == "plan-rank").any()
-    sets, fwd, bwd, meta = load_sets(path, nominal, source="plan-rank" if plan_ranks else None)
-    pred_f, pred_b = model.predict(sets, random_level=not plan_ranks)
+    sources = pd.read_parquet(path, columns=["source"])["source"] if "source" in pq.read_schema(path).names \
+        else pd.Series(dtype=str)
+    plan_ranks, calibrated = (sources == "plan-rank").any(), (sources == "hot-mix").any()
+    sets, fwd, bwd, meta = load_sets(path, None if calibrated else nominal,
+                                     source="plan-rank" if plan_ranks else None)
+    pred_f, pred_b = model.predict(sets, random_level=not (plan_ranks or calibrated))
     measured, predicted = fwd + bwd, pred_f + pred_b
-    split = np.where(holdout_mask(meta), "held out", "trained on") if path.name in TRAINED_FILES \
+    split = np.where(holdout_mask(meta), "held out", "trained on") if path.name in trained_files(model) \
         else "not trained on"
     return pd.DataFrame({"file": path.name, "split": split,
                          "shards": [len(s) for s in sets], "touched_mb": [touched_bytes(s) / 2**20 for s in sets],

@@ -118,6 +118,27 @@ def _cmd_collect_decompositions(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_collect_hot_mixes(args: argparse.Namespace) -> int:
+    from .cost.collect_hot import collect_hot_mixes, suite_table_names
+    from .cost.profiles import check_collect_target, get_profile
+    from .pools import load_pool
+
+    profile = get_profile(args.profile)
+    if args.sets <= 0:
+        raise InputError("--sets", f"must be a positive integer, got {args.sets}")
+    suites = [Path(s) for s in args.exclude_suites.split(",") if s]
+    for suite in suites:
+        if not any(suite.glob("*.json")):
+            raise InputError("--exclude-suites", f"no task files in {suite}", "name suite folders of task files")
+    held_out = suite_table_names(suites)
+    pool = [t for name in args.pools.split(",") for t in load_pool(name) if t.name not in held_out]
+    out = Path(args.out) if args.out else profile.dir / "compute-hot-mixes.parquet"
+    check_collect_target(profile, out)
+    df = collect_hot_mixes(profile, pool, out, args.sets, seed=args.seed, max_seconds=args.max_seconds)
+    print(f"{out}: {len(df)} hot mixes ({len(held_out)} tables of {len(suites)} suites left out of the pools)")
+    return 0
+
+
 def _cmd_collect_comm(args: argparse.Namespace) -> int:
     import datetime as dt
 
@@ -146,7 +167,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     meta = train_and_report(get_profile(args.profile), epochs=args.epochs, seed=args.seed,
                             out_dir=args.out, random_level=args.random_level, split_batches=args.split_batches,
-                            context_totals=args.context_totals, decompositions=args.decompositions)
+                            context_totals=args.context_totals, decompositions=args.decompositions,
+                            hot_mixes=args.hot_mixes)
     print(report_markdown(meta))
     return 0
 
@@ -572,6 +594,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--decompositions", action=argparse.BooleanOptionalAction, default=False,
                        help="also learn compute-decompositions.parquet's ratios of sets over their shards alone "
                             "(shardplan collect decompositions); a candidate, not the committed model's recipe")
+    train.add_argument("--hot-mixes", action=argparse.BooleanOptionalAction, default=False,
+                       help="also learn compute-hot-mixes.parquet's neighbour-calibrated sets as plan ranks "
+                            "(shardplan collect hot-mixes); a candidate")
     train.set_defaults(func=_cmd_train)
 
     tp = with_profile(sub.add_parser("train-policy", help="train the rl searcher's placement policy against "
@@ -648,6 +673,18 @@ def build_parser() -> argparse.ArgumentParser:
                     help="stop after this long, keeping what was collected (run again to resume)")
     cd.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute-decompositions.parquet)")
     cd.set_defaults(func=_cmd_collect_decompositions)
+    ch = with_profile(csub.add_parser("hot-mixes", help="time plan-rank-like sets around a large hot table beside "
+                                                        "labelled neighbours (calibrated labels; resumable)"),
+                      model=False)
+    ch.add_argument("--sets", type=int, default=200, help="total sets wanted for this seed")
+    ch.add_argument("--seed", type=int, default=0)
+    ch.add_argument("--pools", default=",".join(COLLECT_POOLS))
+    ch.add_argument("--exclude-suites", default="data/tasks/unseen-a,data/tasks/unseen-b",
+                    help="suites whose tables are left out of the pools (held-out checks never see a label)")
+    ch.add_argument("--max-seconds", type=float, default=None,
+                    help="stop after this long, keeping what was collected (run again to resume)")
+    ch.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute-hot-mixes.parquet)")
+    ch.set_defaults(func=_cmd_collect_hot_mixes)
     cm = with_profile(csub.add_parser("comm", help="measure gloo all-to-all and fit the comm model"),
                       model=False)
     cm.add_argument("--world-sizes", default="2,3,4")

@@ -14,3 +14,14 @@ def test_binned_gives_the_median_signed_error_and_count_per_file_and_bin(load_sc
     assert t.loc["a", first] == "+14.9% (2)"  # the median of 1.10 and 1.20 in log space
     assert t.loc["a", last] == "-20.0% (1)" and t.loc["b", last] == "-50.0% (1)"
     assert t.loc["b", t.columns[1]] == ""  # no set of b in (1, 4] MB
+
+
+def test_a_file_is_split_only_where_the_model_learnt_from_it(load_script) -> None:
+    em = load_script("bench/error_map.py")
+
+    class Model:
+        metadata = {"trained_on": "data/profiles/p/compute.parquet + compute-ranks.parquet + compute-hot-mixes.parquet"}
+
+    assert em.trained_files(Model()) == {"compute.parquet", "compute-ranks.parquet", "compute-hot-mixes.parquet"}
+    Model.metadata = {}
+    assert em.trained_files(Model()) == set()

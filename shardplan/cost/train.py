@@ -74,6 +74,7 @@ def holdout_mask(df: pd.DataFrame) -> np.ndarray:
 
 
 GROUP_SPLIT = "holdout plan groups (each task's plans timed together; level matched per group)"
+HOT_SPLIT = "holdout hot mixes (neighbour-calibrated, plan ranks' level)"
 DECOMP_SPLIT = ("holdout decompositions (each set whole over the sum of its shards alone, timed in the same "
                 "repetitions; scored as that ratio)")
 
@@ -149,14 +150,17 @@ def metrics(pred_f: np.ndarray, pred_b: np.ndarray, fwd: np.ndarray, bwd: np.nda
 def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_dir: Path | None = None,
                      out_dir: Path | None = None, progress: bool = True,
                      random_level: bool = True, split_batches: bool = True,
-                     context_totals: bool = False, decompositions: bool = False) -> dict[str, Any]:
+                     context_totals: bool = False, decompositions: bool = False,
+                     hot_mixes: bool = False) -> dict[str, Any]:
     """Train on ``data_dir`` (default: the profile's folder), write model and report to ``out_dir``.
     ``random_level``: the random sets' level is learnt apart from plan ranks' (``NeuralCostModel.fit``);
     it needs plan ranks (``compute-ranks.parquet``) and is not used without them. ``split_batches``: a
     rank's shards of each batch size are priced as an op of their own (``NeuralCostModel.fit``).
     ``context_totals``: the set context also reads the rank's totals (a candidate; ``NeuralCostModel.fit``).
     ``decompositions``: also learn ``compute-decompositions.parquet``'s ratios of sets over their shards alone
-    (a candidate; ``NeuralCostModel.fit``), held out by source row and scored as ratios."""
+    (a candidate; ``NeuralCostModel.fit``), held out by source row and scored as ratios. ``hot_mixes``: also
+    learn ``compute-hot-mixes.parquet`` (:mod:`collect_hot`), neighbour-calibrated sets at plan ranks' level,
+    each counted as a plan rank; held out by the random split (a candidate)."""
     data_dir = data_dir or profile.dir
     out_dir = out_dir or data_dir
     nominal = reference_nominal(pd.read_parquet(data_dir / "compute.parquet", columns=["ref_before_ms", "ref_after_ms"]))
@@ -182,6 +186,22 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         train_b = np.concatenate([train_b] + [rb[rtr]] * RANK_SAMPLE_WEIGHT)
         rank_split = (pick(rte, rsets), rf[rte], rb[rte])
         rank_counts = (len(rtr), len(rte), int(rdf.loc[rtr, "task"].nunique()), int(rdf.loc[rte, "task"].nunique()))
+
+    hot_split = None
+    hot_path = data_dir / "compute-hot-mixes.parquet"
+    if hot_mixes:
+        if not hot_path.exists():
+            raise InputError("--hot-mixes", f"no hot mixes at {hot_path}",
+                             "collect them first: shardplan collect hot-mixes")
+        # already on the stored plan ranks' host (divided by the neighbours' factor): no divisor
+        hsets, hf, hb, hdf = load_sets(hot_path)
+        hhold = holdout_mask(hdf)
+        htr, hte = np.flatnonzero(~hhold), np.flatnonzero(hhold)
+        train_sets = train_sets + pick(htr, hsets) * RANK_SAMPLE_WEIGHT
+        train_f = np.concatenate([train_f] + [hf[htr]] * RANK_SAMPLE_WEIGHT)
+        train_b = np.concatenate([train_b] + [hb[htr]] * RANK_SAMPLE_WEIGHT)
+        hot_split = (pick(hte, hsets), hf[hte], hb[hte])
+        hot_counts = (len(htr), len(hte))
 
     groups = np.full(len(train_sets), -1)
     groups_path = data_dir / "compute-plan-groups.parquet"
@@ -237,6 +257,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         splits["holdout, raw labels (machine drift left in)"] = (pick(te), raw_f[te], raw_b[te])
     if rank_split is not None:
         splits["holdout plan ranks (whole ranks of real plans, tasks not trained on)"] = rank_split
+    if hot_split is not None and len(hot_split[0]):
+        splits[HOT_SPLIT] = hot_split
     large_path = data_dir / "compute-large.parquet"
     if large_path.exists():
         lsets, lf, lb, _ = load_sets(large_path, divisor)
@@ -270,7 +292,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                        else str(data_dir / "compute.parquet"))
                       + (" + compute-ranks.parquet" if rank_split is not None else "")
                       + (" + compute-plan-groups.parquet" if group_split is not None else "")
-                      + (" + compute-decompositions.parquet" if decomp_train is not None else ""),
+                      + (" + compute-decompositions.parquet" if decomp_train is not None else "")
+                      + (" + compute-hot-mixes.parquet" if hot_split is not None else ""),
         "train_samples": int(len(tr)), "holdout_samples": int(len(te)),
         **({"train_rank_samples": rank_counts[0], "holdout_rank_samples": rank_counts[1],
             "train_rank_tasks": rank_counts[2], "holdout_rank_tasks": rank_counts[3],
@@ -278,6 +301,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         **({"train_group_samples": group_counts[0], "holdout_group_samples": group_counts[1],
             "train_group_tasks": group_counts[2], "holdout_group_tasks": group_counts[3]}
            if group_split is not None else {}),
+        **({"train_hot_mixes": hot_counts[0], "holdout_hot_mixes": hot_counts[1]} if hot_split is not None else {}),
         "train_num_shards": [int(df["num_shards"].min()), int(df["num_shards"].max())],
         "data_stamp": {k: sorted(map(str, df[k].unique()))[:3] for k in
                        ("cpu_model", "cpu_cores", "torch", "fbgemm_gpu", "threads", "optimizer")},
@@ -297,7 +321,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                    + ("" if random_level else " --no-random-level")
                    + ("" if split_batches else " --no-split-batches")
                    + (" --context-totals" if context_totals else "")
-                   + (" --decompositions" if decompositions else ""),
+                   + (" --decompositions" if decompositions else "")
+                   + (" --hot-mixes" if hot_mixes else ""),
         "date": _dt.date.today().isoformat(),
     }
     neural.save(out_dir / "compute-model.json", meta)

@@ -1,0 +1,88 @@
+"""Hot mixes: plan-rank-like sets around a large hot table, labelled by neighbour calibration
+(``shardplan.cost.collect_hot``), and training on them (``train_and_report(hot_mixes=True)``)."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from shardplan.cost import collect_hot
+from shardplan.cost.calibration import CalibratedTiming
+from shardplan.cost.collect_hot import (HOT_MIN_POOLING, HOT_MIN_ROWS, collect_hot_mixes, hot_mix_sample,
+                                        suite_table_names)
+from shardplan.cost.profiles import get_profile
+from shardplan.cost.specs import specs_from_json, specs_to_json
+from shardplan.cost.train import HOT_SPLIT, is_holdout, train_and_report
+from shardplan.domain import Table
+from shardplan.errors import InputError
+from test_collect_and_models import _synthetic
+
+
+def _pool() -> list[Table]:
+    big = [Table(f"hot{i}", 2_000_000, 64, 30.0 + i, 0.7) for i in range(3)]
+    big += [Table(f"cold{i}", 800_000, 64, 2.0 + i, 0.9) for i in range(4)]
+    big += [Table(f"warm{i}", 900_000, 64, 12.0, 0.9) for i in range(2)]  # neither hot nor cold: never drawn
+    return big + [Table(f"small{i}", 1000 * (i + 1), 64, 5.0, 1.0) for i in range(10)]
+
+
+def test_a_hot_mix_holds_a_wide_hot_table_cold_large_ones_and_small_ones():
+    prof = get_profile("cpu-2c-xeon")
+    for i in range(20):
+        specs = hot_mix_sample(np.random.default_rng([0, i]), _pool(), prof)
+        assert specs == hot_mix_sample(np.random.default_rng([0, i]), _pool(), prof)  # seeded
+        first = specs[0]
+        assert first.table.startswith("hot") and first.cols >= 64 and first.rows == prof.max_rows
+        assert first.pooling_factor >= HOT_MIN_POOLING and first.table_rows >= min(HOT_MIN_ROWS, prof.max_rows)
+        names = [s.table for s in specs]
+        assert len(set(names)) == len(names) and not any(n.startswith("warm") for n in names)
+        assert sum(n.startswith("cold") for n in names) >= 1 and sum(n.startswith("small") for n in names) >= 3
+        assert len({s.batch_size for s in specs}) == 1
+        assert all(s.row_offset == 0 and s.rows == s.table_rows for s in specs)  # whole tables
+    with pytest.raises(ValueError, match="large hot"):
+        hot_mix_sample(np.random.default_rng(0), [t for t in _pool() if not t.name.startswith("hot")], prof)
+
+
+def test_suite_table_names_strip_the_task_prefix(tmp_path):
+    for name, tables in (("a.json", ["t00_meta497", "t01_kaggle07"]), ("b.json", ["t12_meta001"])):
+        (tmp_path / name).write_text(json.dumps({"tables": [{"name": t} for t in tables]}))
+    assert suite_table_names([tmp_path]) == {"meta497", "kaggle07", "meta001"}
+
+
+def test_labels_are_the_calibrated_times_and_collection_resumes(tmp_path, monkeypatch):
+    """The label is raw / the neighbours' factor; the raw times, factor and neighbours are kept; a second
+    call adds only the missing samples."""
+    calls = []
+
+    def fake(specs, optimizer, dtype, id_seed, profile, visits, passes):
+        calls.append(id_seed)
+        return CalibratedTiming(raw_fwd_ms=3.0, raw_bwd_ms=6.0, reference_slowdown=1.1, factor=1.5,
+                                neighbours=(4, 2), passes=2)
+
+    monkeypatch.setattr(collect_hot, "calibrated_timing", fake)
+    prof, out = get_profile("cpu-2c-xeon"), tmp_path / "hot.parquet"
+    df = collect_hot_mixes(prof, _pool(), out, 2, seed=3)
+    assert len(df) == 2 and list(df["fwd_ms"]) == pytest.approx([2.0, 2.0]) and df["bwd_ms"].iloc[0] == pytest.approx(4.0)
+    assert df["raw_bwd_ms"].iloc[0] == 6.0 and list(df["neighbours"].iloc[0]) == [4, 2]
+    assert (df["source"] == "hot-mix").all() and df["profile"].iloc[0] == "cpu-2c-xeon"
+    assert specs_from_json(df["shards"].iloc[1]) == hot_mix_sample(np.random.default_rng([3, 1]), _pool(), prof)
+    df = collect_hot_mixes(prof, _pool(), out, 3, seed=3)
+    assert len(df) == 3 and sorted(df["sample"]) == [0, 1, 2] and len(calls) == 3 and len(set(calls)) == 3
+
+
+def test_training_with_hot_mixes_holds_some_out_and_names_the_flag(tmp_path):
+    prof = get_profile("cpu-2c")
+    sets, fwd, bwd = _synthetic(80)
+    frame = lambda idx, seed: pd.DataFrame({  # noqa: E731
+        "seed": seed, "sample": range(len(idx)), "source": "random", "num_shards": [len(sets[i]) for i in idx],
+        "shards": [specs_to_json(sets[i]) for i in idx], "fwd_ms": fwd[idx], "bwd_ms": bwd[idx],
+        "ref_before_ms": 1.0, "ref_after_ms": 1.0, "cpu_model": "x", "cpu_cores": 2, "torch": "t",
+        "fbgemm_gpu": "f", "threads": 1, "optimizer": "sgd"})
+    frame(np.arange(60), 3).to_parquet(tmp_path / "compute.parquet")
+    with pytest.raises(InputError, match="hot"):
+        train_and_report(prof, epochs=2, data_dir=tmp_path, progress=False, hot_mixes=True)
+    frame(np.arange(60, 80), 9).assign(source="hot-mix").to_parquet(tmp_path / "compute-hot-mixes.parquet")
+    meta = train_and_report(prof, epochs=2, data_dir=tmp_path, progress=False, hot_mixes=True)
+    held = sum(is_holdout(9, i) for i in range(20))
+    assert meta["command"].endswith("--hot-mixes") and "compute-hot-mixes" in meta["trained_on"]
+    assert held and meta["evaluation"][HOT_SPLIT]["n"] == held and meta["holdout_hot_mixes"] == held
+    assert meta["train_hot_mixes"] == 20 - held
