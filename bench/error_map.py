@@ -112,7 +112,8 @@ def main() -> None:
     md = [f"# Where the `{args.profile}` model errs on stored cost data ({args.name})", "",
           *provenance(load_before), "",
           f"Measured: the files' real FBGEMM CPU timings, divided by the reference slowdown as training divides "
-          f"them (quiet reference {nominal:.4f} ms). Predicted: `{args.model or 'the committed model'}`; random "
+          f"them (quiet reference {nominal:.4f} ms); hot mixes are neighbour-calibrated labels, on the stored plan "
+          f"ranks' host, and are not divided. Predicted: `{args.model or 'the committed model'}`; random "
           "sets at the random sets' learnt level, plan ranks at the plan level. Cells: median signed error "
           "(negative: the model is under the label) and, in brackets, how many sets.", "",
           "## Per file and split", "", overall.reset_index().to_markdown(index=False), "",
