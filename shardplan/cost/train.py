@@ -175,17 +175,24 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     pick = lambda idx, from_=sets: [from_[i] for i in idx]  # noqa: E731
     train_sets, train_f, train_b = pick(tr), fwd[tr], bwd[tr]
 
+    def add_plan_level(sets_: list[list[ShardSpec]], f_: np.ndarray, b_: np.ndarray, hold: np.ndarray
+                       ) -> tuple[list[list[ShardSpec]], np.ndarray, np.ndarray]:
+        """Train on the sets not in ``hold``, at plan ranks' level and weight; return the held-out split."""
+        nonlocal train_sets, train_f, train_b
+        kept, held = np.flatnonzero(~hold), np.flatnonzero(hold)
+        train_sets = train_sets + pick(kept, sets_) * RANK_SAMPLE_WEIGHT
+        train_f = np.concatenate([train_f] + [f_[kept]] * RANK_SAMPLE_WEIGHT)
+        train_b = np.concatenate([train_b] + [b_[kept]] * RANK_SAMPLE_WEIGHT)
+        return pick(held, sets_), f_[held], b_[held]
+
     ranks_path = data_dir / "compute-ranks.parquet"
     rank_split = None
     if ranks_path.exists():  # whole ranks of real plans; held out by task
         rsets, rf, rb, rdf = load_sets(ranks_path, divisor, source="plan-rank")
         rhold = holdout_mask(rdf)
-        rtr, rte = np.flatnonzero(~rhold), np.flatnonzero(rhold)
-        train_sets = train_sets + pick(rtr, rsets) * RANK_SAMPLE_WEIGHT
-        train_f = np.concatenate([train_f] + [rf[rtr]] * RANK_SAMPLE_WEIGHT)
-        train_b = np.concatenate([train_b] + [rb[rtr]] * RANK_SAMPLE_WEIGHT)
-        rank_split = (pick(rte, rsets), rf[rte], rb[rte])
-        rank_counts = (len(rtr), len(rte), int(rdf.loc[rtr, "task"].nunique()), int(rdf.loc[rte, "task"].nunique()))
+        rank_split = add_plan_level(rsets, rf, rb, rhold)
+        rank_counts = (int((~rhold).sum()), int(rhold.sum()), int(rdf.loc[~rhold, "task"].nunique()),
+                       int(rdf.loc[rhold, "task"].nunique()))
 
     hot_split = None
     hot_path = data_dir / "compute-hot-mixes.parquet"
@@ -196,12 +203,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         # already on the stored plan ranks' host (divided by the neighbours' factor): no divisor
         hsets, hf, hb, hdf = load_sets(hot_path)
         hhold = holdout_mask(hdf)
-        htr, hte = np.flatnonzero(~hhold), np.flatnonzero(hhold)
-        train_sets = train_sets + pick(htr, hsets) * RANK_SAMPLE_WEIGHT
-        train_f = np.concatenate([train_f] + [hf[htr]] * RANK_SAMPLE_WEIGHT)
-        train_b = np.concatenate([train_b] + [hb[htr]] * RANK_SAMPLE_WEIGHT)
-        hot_split = (pick(hte, hsets), hf[hte], hb[hte])
-        hot_counts = (len(htr), len(hte))
+        hot_split = add_plan_level(hsets, hf, hb, hhold)
+        hot_counts = (int((~hhold).sum()), int(hhold.sum()))
 
     groups = np.full(len(train_sets), -1)
     groups_path = data_dir / "compute-plan-groups.parquet"
