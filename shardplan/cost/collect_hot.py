@@ -11,13 +11,15 @@ beside its labelled neighbours (:func:`calibration.calibrated_timing`), which
 expresses it on the stored plan ranks' host whatever state the host is in now.
 The labels are therefore plan ranks' level, not random sets'.
 
-:func:`hot_mix_sample` draws a set from the pools with the tables of
-``exclude`` left out (the held-out suites' tables, so no unseen table is ever a
-label); sample ``i`` of seed ``s`` is drawn from ``default_rng([s, i])`` and
-timed with id seed ``HOT_ID_SEED + i``, so a stopped run resumes exactly. Rows go
-to ``data/profiles/<profile>/compute-hot-mixes.parquet``: the calibrated fwd/bwd
-ms as labels, beside the raw times, the neighbours' factor, the reference's
-slowdown, which stored ranks were the neighbours, the load and the date.
+:func:`hot_mix_sample` draws a set from a pool the caller has filtered
+(``shardplan collect hot-mixes`` leaves out every table of ``--exclude-suites``,
+by default the held-out suites', so no unseen table is ever a label); sample
+``i`` of seed ``s`` is drawn from ``default_rng([s, i])`` and timed with id seed
+``HOT_ID_SEED + i``, so a stopped run resumes exactly. Rows go to
+``data/profiles/<profile>/compute-hot-mixes.parquet``: the calibrated fwd/bwd ms
+as labels, beside the raw times, the neighbours' factor, the reference's
+slowdown, which stored ranks were the neighbours (positions in
+:func:`calibration.labelled_pool` as it stood), the load and the date.
 """
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ from .collect import _stamp, append_rows, spec_columns
 from .profiles import Profile, load1
 from .specs import ShardSpec
 
-HOT_MIN_ROWS = 500_000  # "large": past a million-row cap these all hold hundreds of MB at wide dims
+HOT_MIN_ROWS = 500_000  # "large": 128-512 MB at 64-128 columns (rows capped at the profile's max_rows)
 HOT_MIN_POOLING = 20.0  # "hot": the unseen misses sit at pooling 32.8-93.6
 COLD_MAX_POOLING = 10.0
 WIDE_DIMS = (64, 96, 128)
