@@ -95,8 +95,9 @@ def label_moves(df: pd.DataFrame, profile_dir: Path, quiet_ms: float) -> np.ndar
 
 
 def paired(df: pd.DataFrame, other: pd.DataFrame, heavy: pd.Series) -> pd.DataFrame:
-    """For the source rows both files hold: medians of this file's over ``other``'s fwd+bwd ratio (:func:`measured_ratios`; all sets, heavy
-    and light ones: ``heavy`` per row of ``df``), sum of the shards alone and median reference."""
+    """For the source rows both files hold: medians of this file's over ``other``'s fwd+bwd ratio
+    (:func:`measured_ratios`; all sets, heavy and light ones: ``heavy`` per row of ``df``), sum of the
+    shards alone and median reference."""
     a, b = df.assign(heavy=heavy.to_numpy()).set_index("src_row"), other.set_index("src_row")
     common = a.index.intersection(b.index)
     a, b = a.loc[common], b.loc[common]
