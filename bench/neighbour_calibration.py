@@ -22,7 +22,8 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from shardplan.cost.calibration import FEATURES, NEIGHBOURS, PASSES, VISITS, calibrated_timing, labelled_pool
+from shardplan.cost.calibration import (FEATURES, NEIGHBOURS, PASSES, POINT_NAMES, VISITS, calibrated_timing,
+                                        labelled_pool, weight_bytes)
 from shardplan.cost.profiles import get_profile, load1
 from shardplan.errors import InputError, exit_status
 from shardplan.formats import write_text_atomic
@@ -31,12 +32,23 @@ from provenance import provenance  # a sibling: bench/ is on sys.path when run
 BANDS = 8  # equal bands of log label ms; targets are drawn evenly from them
 
 
-def pick_targets(n: int, seed: int, log_ms: np.ndarray) -> list[int]:
+def pick_targets(n: int, seed: int, log_ms: np.ndarray, eligible: np.ndarray | None = None) -> list[int]:
+    """``n`` target indices spread evenly over bands of ``log_ms``, among the ``eligible`` ones (all by default)."""
     rng = np.random.default_rng(seed)
-    band = np.minimum(((log_ms - log_ms.min()) / np.ptp(log_ms) * BANDS).astype(int), BANDS - 1)
+    keep = np.flatnonzero(eligible) if eligible is not None else np.arange(len(log_ms))
+    sub = log_ms[keep]
+    band = np.minimum(((sub - sub.min()) / max(np.ptp(sub), 1e-9) * BANDS).astype(int), BANDS - 1)
     per = max(1, n // BANDS)
-    return [int(i) for b in range(BANDS) if (members := np.flatnonzero(band == b)).size
+    return [int(keep[i]) for b in range(BANDS) if (members := np.flatnonzero(band == b)).size
             for i in rng.choice(members, min(per, members.size), replace=False)]
+
+
+def point_names(text: str) -> tuple[str, ...]:
+    """``--features``: names of :data:`POINT_NAMES`, or a count of them from the first."""
+    names = POINT_NAMES[:int(text)] if text.isdigit() else tuple(t.strip() for t in text.split(",") if t.strip())
+    if not names or any(n not in POINT_NAMES for n in names):
+        raise argparse.ArgumentTypeError(f"{text!r}: give one or more of {', '.join(POINT_NAMES)}")
+    return names
 
 
 def main() -> None:
@@ -46,8 +58,11 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=NEIGHBOURS)
     ap.add_argument("--visits", type=int, default=VISITS)
     ap.add_argument("--passes", type=int, default=PASSES)
-    ap.add_argument("--features", type=int, default=FEATURES, choices=(1, 2, 3),
-                    help="neighbours by quiet-host time (1), and bytes held (2), and lookups per ms (3)")
+    ap.add_argument("--features", type=point_names, default=FEATURES,
+                    help=f"what neighbours are chosen by, comma-separated among {', '.join(POINT_NAMES)} "
+                         f"(default {','.join(FEATURES)}); a count n means the first n (as in older results)")
+    ap.add_argument("--min-gb", type=float, default=0.0,
+                    help="only stored ranks holding at least this many GB of weights (heavy ranks)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--name", help="results file stem suffix")
     ap.add_argument("--out", default="bench/results")
@@ -57,13 +72,19 @@ def main() -> None:
     if not pool.ranks:
         raise InputError("--profile", f"profile {args.profile!r} has no quiet-gated stored ranks",
                          "collect them with `shardplan collect ranks` first")
+    held_gb = np.exp(pool.features[:, 1]) / 1e9
+    eligible = held_gb >= args.min_gb
+    if not eligible.any():
+        raise InputError("--min-gb", f"no stored rank holds {args.min_gb} GB or more (the largest holds "
+                         f"{held_gb.max():.2f} GB)", "lower it")
     load_before = load1()
     rows = []
-    for i in tqdm(pick_targets(args.targets, args.seed, pool.features[:, 0]), desc="targets"):
+    for i in tqdm(pick_targets(args.targets, args.seed, pool.features[:, 0], eligible), desc="targets"):
         r = pool.ranks[i]
         c = calibrated_timing(list(r.specs), r.optimizer, r.dtype, r.id_seed, profile, args.k, args.visits,
                               args.passes, exclude_task=pool.tasks[i], features=args.features)
         rows.append({"target": i, "task": pool.tasks[i], "label_ms": r.label_ms,
+                     "held_gb": weight_bytes(list(r.specs)) / 1e9,
                      "raw_ms": c.raw_fwd_ms + c.raw_bwd_ms, "reference_slowdown": c.reference_slowdown,
                      "neighbour_factor": c.factor, "passes": c.passes,
                      "by_reference": c.reference_divided_ms / r.label_ms - 1,
@@ -81,8 +102,9 @@ def main() -> None:
 
     df["band"] = pd.cut(df.label_ms, [0, 3, 8, 20, np.inf], labels=["1-3 ms", "3-8 ms", "8-20 ms", "20-50 ms"])
     md = [f"# Neighbour calibration against known labels, profile `{args.profile}`", "",
-          *provenance(load_before, f". {len(df)} stored ranks re-timed now, each beside its "
-          f"{args.k} nearest labelled ranks of other tasks (by {args.features} feature(s); {args.visits} visits, "
+          *provenance(load_before, f". {len(df)} stored ranks"
+          + (f" holding {args.min_gb} GB or more" if args.min_gb else "") + " re-timed now, each beside its "
+          f"{args.k} nearest labelled ranks of other tasks (by {', '.join(args.features)}; {args.visits} visits, "
           f"up to {args.passes} passes); the "
           f"reference read {df.reference_slowdown.median():.2f}x quiet (median; "
           f"{df.reference_slowdown.min():.2f}-{df.reference_slowdown.max():.2f}x). Error = figure over the "

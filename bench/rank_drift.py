@@ -35,9 +35,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from shardplan.cost.calibration import labelled_pool, nearest, neighbour_factor, weight_bytes
+from shardplan.cost.calibration import labelled_pool, nearest, neighbour_factor
 from shardplan.cost.collect import quiet_reference_ms
-from shardplan.cost.fitness import lookups
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.kernel import BracketedTiming, slowdown, time_specs_bracketed
 from shardplan.cost.profiles import Profile, get_profile, load1
@@ -167,7 +166,7 @@ def main() -> None:
             first = time_specs_bracketed(specs[r], task.optimizer, task.dtype, profile.device, ID_SEEDS[0],
                                          profile.warmup, profile.repeats, quiet_ms=quiet)
             estimate = (first.timing.fwd_ms + first.timing.bwd_ms) / slowdown(first.ref_before_ms, first.ref_after_ms, quiet)
-            neighbours[r] = nearest(pool, estimate, weight_bytes(specs[r]), lookups(specs[r]), args.neighbours)
+            neighbours[r] = nearest(pool, estimate, specs[r], args.neighbours)
             for i in neighbours[r]:
                 stored = pool.ranks[i]  # timed with its own ids, as labelled
                 sets[neighbour_key(r, i)] = TimedSet(list(stored.specs), stored.optimizer, stored.dtype, (stored.id_seed,))

@@ -7,6 +7,7 @@ import pytest
 from shardplan.cost import calibration
 from shardplan.cost.kernel import KernelTiming
 from shardplan.cost.profiles import get_profile, reference_ms
+from shardplan.errors import InputError
 
 REFERENCE_SLOWDOWN = 3.0
 
@@ -71,14 +72,26 @@ def test_a_second_pass_follows_the_estimate_to_ranks_of_the_right_size(fake_host
 def test_nearest_leaves_out_the_excluded_task_and_is_deterministic():
     pool = calibration.labelled_pool(get_profile("cpu-2c"))
     task = pool.tasks[0]
-    a = calibration.nearest(pool, 10.0, 1e8, 1e5, 5, exclude_task=task)
-    assert a == calibration.nearest(pool, 10.0, 1e8, 1e5, 5, exclude_task=task)
+    specs = list(pool.ranks[0].specs)
+    a = calibration.nearest(pool, 10.0, specs, 5, exclude_task=task)
+    assert a == calibration.nearest(pool, 10.0, specs, 5, exclude_task=task)
     assert len(a) == 5 and all(pool.tasks[i] != task for i in a)
     near = np.exp(pool.features[list(a), 0])
     assert np.all((near > 3.0) & (near < 30.0))  # ranks of about that size
     assert (near < 10.0).sum() == 2 and (near >= 10.0).sum() == 3  # from both sides
-    edge = np.exp(pool.features[list(calibration.nearest(pool, 1e4, 1e8, 1e5, 4)), 0])
+    edge = np.exp(pool.features[list(calibration.nearest(pool, 1e4, specs, 4)), 0])
     assert len(edge) == 4  # past the pool's longest rank, all from the one side there is
+
+
+def test_neighbours_can_be_chosen_by_named_features_only():
+    pool = calibration.labelled_pool(get_profile("cpu-2c"))
+    specs = list(pool.ranks[0].specs)
+    point = calibration.rank_point(specs, pool.ranks[0].label_ms)
+    assert np.allclose(point, pool.features[0])  # the pool's points are the ranks' own, at their labels
+    by_rate = calibration.nearest(pool, 10.0, specs, 6, features=("ms", "touched_per_ms"))
+    assert by_rate != calibration.nearest(pool, 10.0, specs, 6)  # another feature, other neighbours
+    with pytest.raises(InputError, match="features"):
+        calibration.nearest(pool, 10.0, specs, 6, features=("ms", "bytes"))
 
 
 def test_neighbours_that_outgrow_memory_are_timed_in_turns(fake_host, monkeypatch):

@@ -31,6 +31,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from .features import touched_bytes
 from .fitness import StoredRank, as_stored_ranks, labelled_ranks, lookups
 from .kernel import RankOp, time_reference
 from .profiles import Profile, available_memory_gb, reference_ms
@@ -42,7 +43,11 @@ VISITS = 3
 PASSES = 2
 LABEL_RANGE_MS = (1.0, 50.0)  # the stored ranks used as neighbours (outside it the pool is thin)
 MEMORY_SHARE = 0.8  # of the memory available, what the neighbours held at once may take
-FEATURES = 2  # neighbours by quiet-host time and bytes held; 3 adds lookups per ms
+# What neighbours can be chosen by, each a log: the quiet-host ms, the bytes of weights held, the lookups
+# a millisecond (memory-latency bound: high) and the bytes of rows touched a millisecond (the rate at which
+# the rank draws rows through the cache: on a host whose memory bandwidth a neighbour takes, high loses most).
+POINT_NAMES = ("ms", "held", "lookups_per_ms", "touched_per_ms")
+FEATURES = ("ms", "held")
 
 
 @dataclass(frozen=True)
@@ -51,40 +56,48 @@ class LabelledPool:
 
     ranks: tuple[StoredRank, ...]
     tasks: tuple[str, ...]
-    features: np.ndarray  # [n, 3]: log label ms, log bytes held, log lookups per ms (memory-latency bound: high)
-    scale: np.ndarray  # [3]: the pool's standard deviation of each feature (distances are in these units)
+    features: np.ndarray  # [n, len(POINT_NAMES)]: each rank's point (:func:`rank_point`) at its label
+    scale: np.ndarray  # [len(POINT_NAMES)]: the pool's standard deviation of each (distances are in these units)
 
 
 def weight_bytes(specs: list[ShardSpec]) -> float:
     return float(sum(s.rows * s.cols * 4 for s in specs))
 
 
+def rank_point(specs: list[ShardSpec], quiet_ms: float) -> np.ndarray:
+    """A rank's coordinates among its neighbours (:data:`POINT_NAMES`), given its quiet-host ms."""
+    log_ms = np.log(quiet_ms)
+    return np.array([log_ms, np.log(max(weight_bytes(specs), 1.0)), np.log(max(lookups(specs), 1.0)) - log_ms,
+                     np.log(max(touched_bytes(specs), 1.0)) - log_ms])
+
+
 @lru_cache(maxsize=4)
 def labelled_pool(profile: Profile) -> LabelledPool:
     df = labelled_ranks(profile)
     if df.empty:
-        return LabelledPool((), (), np.zeros((0, 3)), np.ones(3))
+        return LabelledPool((), (), np.zeros((0, len(POINT_NAMES))), np.ones(len(POINT_NAMES)))
     lo, hi = LABEL_RANGE_MS
     df = df[(df.label >= lo) & (df.label <= hi)].reset_index(drop=True)
     ranks = as_stored_ranks(df)  # parses each rank's shards once; the features read them from here
-    feats = np.column_stack([np.log(df.label), np.log([weight_bytes(list(r.specs)) for r in ranks]),
-                             np.log([lookups(list(r.specs)) for r in ranks]) - np.log(df.label)])
+    feats = np.stack([rank_point(list(r.specs), r.label_ms) for r in ranks])
     return LabelledPool(ranks, tuple(df.task.astype(str)), feats, feats.std(axis=0) + 1e-9)
 
 
-def nearest(pool: LabelledPool, quiet_ms: float, bytes_held: float, lookups_per_batch: float,
-            k: int = NEIGHBOURS, exclude_task: str | None = None, features: int = FEATURES) -> tuple[int, ...]:
-    """Indices of ``k`` pooled ranks near a rank of that quiet-host time, size and lookups (standardised
-    distance over the first ``features`` of time, bytes held, lookups per ms), half of them shorter than
-    it and half longer where the pool has them, leaving out the ranks of ``exclude_task`` (a rank never
-    calibrates against its own task).
+def nearest(pool: LabelledPool, quiet_ms: float, specs: list[ShardSpec], k: int = NEIGHBOURS,
+            exclude_task: str | None = None, features: tuple[str, ...] = FEATURES) -> tuple[int, ...]:
+    """Indices of ``k`` pooled ranks near the rank ``specs`` of that quiet-host time (standardised distance
+    over the ``features`` of :data:`POINT_NAMES`), half of them shorter than it and half longer where the
+    pool has them, leaving out the ranks of ``exclude_task`` (a rank never calibrates against its own task).
 
     Why both sides: the host's slowdown runs with rank length, so neighbours all on one side of the
     rank would carry a factor for a shorter (or longer) rank than it.
     """
+    unknown = [f for f in features if f not in POINT_NAMES]
+    if unknown or not features:
+        raise InputError("features", f"{unknown or 'none'} not among {POINT_NAMES}", "name one or more of them")
     log_ms = np.log(quiet_ms)
-    here = np.array([log_ms, np.log(max(bytes_held, 1.0)), np.log(max(lookups_per_batch, 1.0)) - log_ms])
-    d = ((pool.features - here) / pool.scale)[:, :features]
+    cols = [POINT_NAMES.index(f) for f in features]
+    d = ((pool.features - rank_point(specs, quiet_ms)) / pool.scale)[:, cols]
     dist = np.sqrt((d ** 2).sum(axis=1))
     if exclude_task is not None:
         dist[np.array(pool.tasks) == exclude_task] = np.inf
@@ -148,7 +161,7 @@ def _fitting_batches(pool: LabelledPool, chosen: tuple[int, ...]) -> list[tuple[
 
 def calibrated_timing(specs: list[ShardSpec], optimizer: str, dtype: str, id_seed: int, profile: Profile,
                       k: int = NEIGHBOURS, visits: int = VISITS, passes: int = PASSES,
-                      exclude_task: str | None = None, features: int = FEATURES) -> CalibratedTiming:
+                      exclude_task: str | None = None, features: tuple[str, ...] = FEATURES) -> CalibratedTiming:
     """Time ``specs`` beside their labelled neighbours and divide by the neighbours' raw-over-label ratio
     (module docstring). Raises :class:`InputError` where the profile has no labelled ranks."""
     pool = labelled_pool(profile)
@@ -158,7 +171,6 @@ def calibrated_timing(specs: list[ShardSpec], optimizer: str, dtype: str, id_see
                          f"profile {profile.name!r} has no quiet-gated stored ranks to calibrate against",
                          "measure without calibration, or collect them with `shardplan collect ranks` first")
     profile.use_threads()
-    held, looked_up = weight_bytes(specs), lookups(specs)
     target = RankOp(specs, optimizer, dtype, profile.device, id_seed)
     refs = [time_reference(profile.device)]
     first = target.run(profile.warmup, profile.repeats)  # also warms the rank up for the passes
@@ -168,7 +180,7 @@ def calibrated_timing(specs: list[ShardSpec], optimizer: str, dtype: str, id_see
     chosen: tuple[int, ...] = ()
     done = 0
     while done < passes:
-        picked = nearest(pool, estimate, held, looked_up, k, exclude_task, features)
+        picked = nearest(pool, estimate, specs, k, exclude_task, features)
         if picked == chosen:  # the estimate settled
             break
         chosen, done = picked, done + 1
