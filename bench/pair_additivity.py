@@ -10,7 +10,10 @@ cache), and with ``--leave-one-out`` the rank less each shard in turn (what
 each shard adds to the rank, against what the model says it adds). Every op
 is built once and the ops take turns repetition by repetition, so drift hits
 them alike; the ratios (together over the sum of alone) are taken within a
-repetition, where the machine's level cancels.
+repetition, where the machine's level cancels. A rank too large for every
+"without" set to be held at once (each holds nearly the whole rank) is left
+out in blocks that fit in memory, the rank and its shards alone timed in every
+block, and each shard's margin taken against the rank's times of its block.
 Measured = real FBGEMM CPU kernel times, raw ms (median over repetitions;
 the reference workload's slowdown recorded); predicted = the committed
 neural model. Writes ``bench/results/pair-additivity-<name>.md``.
@@ -31,14 +34,18 @@ import pandas as pd
 from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
+from shardplan.cost.calibration import weight_bytes
 from shardplan.cost.kernel import RankOp, time_reference
-from shardplan.cost.profiles import get_profile, load1, reference_ms
+from shardplan.cost.profiles import available_memory_gb, get_profile, load1, reference_ms
 from shardplan.cost.specs import ShardSpec, rank_specs
 from shardplan.errors import InputError, exit_status
 from shardplan.execute.measure import MEASURE_ID_SEED
 from shardplan.formats import load_task
 from shardplan.search import DEFAULT_SEARCHER, get_searcher
 from provenance import provenance, write_report  # a sibling: bench/ is on sys.path when run
+
+
+MEMORY_SHARE = 0.8  # of the memory available, what the ops held at once may take
 
 
 def pair_keys(factor: float, a: ShardSpec, b: ShardSpec) -> tuple[str, str, str]:
@@ -52,17 +59,42 @@ def scaled(spec: ShardSpec, factor: float) -> ShardSpec:
                    rows=max(1, round(spec.rows * factor)))
 
 
-def margins(specs: list[ShardSpec], measured: dict[str, np.ndarray], predicted: dict[str, float]) -> pd.DataFrame:
+def blocks(resident: list[list[ShardSpec]], extra: dict[str, list[ShardSpec]]) -> list[list[str]]:
+    """The ``extra`` sets' names in order, in blocks whose ops fit in memory beside the ``resident`` sets'
+    (built once and held throughout); one block when there is room for all (or no way to tell)."""
+    have = available_memory_gb()
+    if have is None or not extra:
+        return [list(extra)]
+    budget = MEMORY_SHARE * have * 2**30 - sum(weight_bytes(v) for v in resident)
+    out: list[list[str]] = [[]]
+    used = 0.0
+    for k, v in extra.items():
+        need = weight_bytes(v)
+        if need > budget:
+            raise InputError("task", f"the set {k!r} ({need / 2**30:.1f} GiB) does not fit beside the rank and "
+                             f"its shards alone in the {have:.1f} GiB available",
+                             "take apart a smaller rank, or leave --leave-one-out out")
+        if out[-1] and used + need > budget:
+            out.append([])
+            used = 0.0
+        out[-1].append(k)
+        used += need
+    return out
+
+
+def margins(specs: list[ShardSpec], measured: dict[str, np.ndarray], rank_beside: dict[str, np.ndarray],
+            predicted: dict[str, float]) -> pd.DataFrame:
     """What each shard adds to its rank: the rank's time less the rank's without it, measured (median over
-    repetitions of ``measured["rank"] - measured["without: T"]``) and predicted, and both as shares of the
-    rank (taken within a repetition, where the host's level cancels), beside the shard's time alone as a
-    share. Shares that sum past 1 say the shards slow one another; the model's shares show whether it knows."""
+    repetitions of ``rank_beside["without: T"] - measured["without: T"]``, the rank's times of the same
+    repetitions) and predicted, and both as shares of the rank (taken within a repetition, where the host's
+    level cancels), beside the shard's time alone as a share. Shares that sum past 1 say the shards slow one
+    another; the model's shares show whether it knows."""
     return pd.DataFrame([{
         "shard": s.table, "rows": s.rows, "cols": s.cols, "pooling_factor": s.pooling_factor,
-        "measured_ms": float(np.median(measured["rank"] - measured[f"without: {s.table}"])),
-        "predicted_ms": predicted["rank"] - predicted[f"without: {s.table}"],
-        "measured share": float(np.median(1.0 - measured[f"without: {s.table}"] / measured["rank"])),
-        "predicted share": 1.0 - predicted[f"without: {s.table}"] / predicted["rank"],
+        "measured_ms": float(np.median((rank := rank_beside[k := f"without: {s.table}"]) - measured[k])),
+        "predicted_ms": predicted["rank"] - predicted[k],
+        "measured share": float(np.median(1.0 - measured[k] / rank)),
+        "predicted share": 1.0 - predicted[k] / predicted["rank"],
         "measured alone share": float(np.median(measured[f"alone: {s.table}"] / measured["rank"])),
     } for s in specs])
 
@@ -91,8 +123,7 @@ def main() -> None:
         raise InputError("--rank", f"must be in 0..{len(ranks) - 1}, got {args.rank}")
     specs = ranks[args.rank]
     sets: dict[str, list[ShardSpec]] = {"rank": specs, **{f"alone: {s.table}": [s] for s in specs}}
-    if args.leave_one_out:
-        sets.update({f"without: {s.table}": [x for x in specs if x is not s] for s in specs})
+    without = {f"without: {s.table}": [x for x in specs if x is not s] for s in specs} if args.leave_one_out else {}
     pair_rows = []
     if args.pair:
         names = args.pair.split(",")
@@ -105,17 +136,27 @@ def main() -> None:
             ka, kb, kab = pair_keys(f, a, b)
             sets[ka], sets[kb], sets[kab] = [a], [b], [a, b]
             pair_rows.append((f, a, b))
-    predicted = dict(zip(sets, (fw + bw for fw, bw in est.rank_compute(list(sets.values())))))
-    ops = {k: RankOp(v, task.optimizer, task.dtype, profile.device, MEASURE_ID_SEED) for k, v in sets.items()}
+    everything = {**sets, **without}
+    predicted = dict(zip(everything, (fw + bw for fw, bw in est.rank_compute(list(everything.values())))))
+    parts = blocks(list(sets.values()), without)
+    resident = {k: RankOp(v, task.optimizer, task.dtype, profile.device, MEASURE_ID_SEED) for k, v in sets.items()}
     quiet = reference_ms(profile)
     load_before = load1()
-    runs: dict[str, list[float]] = {k: [] for k in ops}
+    runs: dict[str, list[float]] = {k: [] for k in everything}
+    rank_runs: dict[str, list[float]] = {k: [] for k in without}  # the rank's times beside each "without" set
     refs = []
-    for _ in tqdm(range(args.repeats), desc=f"pair additivity [{task.name} rank {args.rank}]"):
-        refs.append(time_reference(profile.device))
-        for k, op in ops.items():
-            t = op.run(profile.warmup, profile.repeats)
-            runs[k].append(t.fwd_ms + t.bwd_ms)
+    for i, part in enumerate(parts):
+        ops = {**resident, **{k: RankOp(without[k], task.optimizer, task.dtype, profile.device, MEASURE_ID_SEED)
+                              for k in part}}
+        block = f", block {i + 1} of {len(parts)}" if len(parts) > 1 else ""
+        for _ in tqdm(range(args.repeats), desc=f"pair additivity [{task.name} rank {args.rank}{block}]"):
+            refs.append(time_reference(profile.device))
+            for k, op in ops.items():
+                t = op.run(profile.warmup, profile.repeats)
+                runs[k].append(t.fwd_ms + t.bwd_ms)
+            for k in part:
+                rank_runs[k].append(runs["rank"][-1])
+        del ops, op  # free this block's sets (the loop variable holds one) before the next block's are built
     m = {k: np.array(v) for k, v in runs.items()}
 
     def ratio(together: str, alone: list[str]) -> tuple[float, float]:
@@ -142,7 +183,8 @@ def main() -> None:
     if args.leave_one_out:
         md += ["What each shard adds to the rank (the rank less the rank without it; medians over repetitions; shares "
                "of the rank's time, taken within a repetition):", "",
-               margins(specs, m, predicted).to_markdown(index=False, floatfmt=".3f"), ""]
+               margins(specs, m, {k: np.array(v) for k, v in rank_runs.items()}, predicted)
+               .to_markdown(index=False, floatfmt=".3f"), ""]
     if pair_rows:
         rows = []
         for f, a, b in pair_rows:
