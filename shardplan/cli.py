@@ -168,7 +168,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     meta = train_and_report(get_profile(args.profile), epochs=args.epochs, seed=args.seed,
                             out_dir=args.out, random_level=args.random_level, split_batches=args.split_batches,
                             context_totals=args.context_totals, decompositions=args.decompositions,
-                            hot_mixes=args.hot_mixes)
+                            hot_mixes=args.hot_mixes, long_ranks=args.long_ranks)
     print(report_markdown(meta))
     return 0
 
@@ -597,6 +597,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--hot-mixes", action=argparse.BooleanOptionalAction, default=False,
                        help="also learn compute-hot-mixes.parquet's neighbour-calibrated sets as plan ranks "
                             "(shardplan collect hot-mixes); a candidate")
+    train.add_argument("--long-ranks", action=argparse.BooleanOptionalAction, default=False,
+                       help="plan ranks count more the longer they are (once more per 10 ms, up to 3 times "
+                            "their weight): a plan's cost is its slowest rank's; a candidate")
     train.set_defaults(func=_cmd_train)
 
     tp = with_profile(sub.add_parser("train-policy", help="train the rl searcher's placement policy against "

@@ -619,3 +619,10 @@ def test_touched_bytes_counts_the_distinct_rows_a_batch_hits_times_their_width()
     assert touched_bytes([big]) == pytest.approx(1024 * 16 * 4, rel=0.01)
     assert touched_bytes([spec, big]) == pytest.approx(touched_bytes([spec]) + touched_bytes([big]))
     assert touched_bytes([spec], bytes_per_float=2) == pytest.approx(touched_bytes([spec]) / 2)
+
+
+def test_long_ranks_count_more_in_training_only_when_asked():
+    from shardplan.cost.train import LONG_RANK_MAX, RANK_SAMPLE_WEIGHT, rank_weights
+    ms = np.array([2.0, 9.0, 16.0, 26.0, 80.0])
+    assert rank_weights(ms).tolist() == [RANK_SAMPLE_WEIGHT] * 5
+    assert rank_weights(ms, long_ranks=True).tolist() == [RANK_SAMPLE_WEIGHT * k for k in (1, 1, 2, 3, LONG_RANK_MAX)]

@@ -33,6 +33,10 @@ HOLDOUT_FRACTION = 0.15
 # Whole-rank samples of real plans are fewer than the random sets but are the population the
 # searchers ask about; each counts this many times in training.
 RANK_SAMPLE_WEIGHT = 3
+# With ``long_ranks`` (a candidate), a plan rank counts once more per LONG_RANK_MS of its time, up to
+# LONG_RANK_MAX times its usual weight: a plan's cost is its slowest rank's, so the long ranks are
+# where an error moves a plan, and they are few (2% of the ranks are over 20 ms).
+LONG_RANK_MS, LONG_RANK_MAX = 10.0, 3
 
 
 REFERENCE_PERCENTILE = 5
@@ -41,6 +45,15 @@ REFERENCE_PERCENTILE = 5
 DECOMP_SPLIT_SEED = -1
 # A decomposition's label, a ratio within a repetition, weighs as much as a plan rank's.
 DECOMP_WEIGHT = RANK_SAMPLE_WEIGHT
+
+
+def rank_weights(ms: np.ndarray, long_ranks: bool = False) -> np.ndarray:
+    """How many times each plan rank of fwd+bwd ``ms`` counts in training: ``RANK_SAMPLE_WEIGHT``, and
+    with ``long_ranks`` that times ``ms / LONG_RANK_MS`` rounded, between 1 and ``LONG_RANK_MAX``."""
+    times = np.full(len(ms), RANK_SAMPLE_WEIGHT, dtype=np.int64)
+    if long_ranks:
+        times *= np.clip(np.rint(np.asarray(ms) / LONG_RANK_MS), 1, LONG_RANK_MAX).astype(np.int64)
+    return times
 
 
 def reference_nominal(df: pd.DataFrame) -> float:
@@ -151,7 +164,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                      out_dir: Path | None = None, progress: bool = True,
                      random_level: bool = True, split_batches: bool = True,
                      context_totals: bool = False, decompositions: bool = False,
-                     hot_mixes: bool = False) -> dict[str, Any]:
+                     hot_mixes: bool = False, long_ranks: bool = False) -> dict[str, Any]:
     """Train on ``data_dir`` (default: the profile's folder), write model and report to ``out_dir``.
     ``random_level``: the random sets' level is learnt apart from plan ranks' (``NeuralCostModel.fit``);
     it needs plan ranks (``compute-ranks.parquet``) and is not used without them. ``split_batches``: a
@@ -160,7 +173,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     ``decompositions``: also learn ``compute-decompositions.parquet``'s ratios of sets over their shards alone
     (a candidate; ``NeuralCostModel.fit``), held out by source row and scored as ratios. ``hot_mixes``: also
     learn ``compute-hot-mixes.parquet`` (:mod:`collect_hot`), neighbour-calibrated sets at plan ranks' level,
-    each counted as a plan rank; held out by the random split (a candidate)."""
+    each counted as a plan rank; held out by the random split (a candidate). ``long_ranks``: plan ranks count
+    more the longer they are (:func:`rank_weights`; a candidate)."""
     data_dir = data_dir or profile.dir
     out_dir = out_dir or data_dir
     nominal = reference_nominal(pd.read_parquet(data_dir / "compute.parquet", columns=["ref_before_ms", "ref_after_ms"]))
@@ -180,9 +194,10 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         """Train on the sets not in ``hold``, at plan ranks' level and weight; return the held-out split."""
         nonlocal train_sets, train_f, train_b
         kept, held = np.flatnonzero(~hold), np.flatnonzero(hold)
-        train_sets = train_sets + pick(kept, sets_) * RANK_SAMPLE_WEIGHT
-        train_f = np.concatenate([train_f] + [f_[kept]] * RANK_SAMPLE_WEIGHT)
-        train_b = np.concatenate([train_b] + [b_[kept]] * RANK_SAMPLE_WEIGHT)
+        times = rank_weights(f_[kept] + b_[kept], long_ranks)
+        train_sets = train_sets + pick(np.repeat(kept, times), sets_)
+        train_f = np.concatenate([train_f, np.repeat(f_[kept], times)])
+        train_b = np.concatenate([train_b, np.repeat(b_[kept], times)])
         return pick(held, sets_), f_[held], b_[held]
 
     ranks_path = data_dir / "compute-ranks.parquet"
@@ -300,7 +315,9 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         "train_samples": int(len(tr)), "holdout_samples": int(len(te)),
         **({"train_rank_samples": rank_counts[0], "holdout_rank_samples": rank_counts[1],
             "train_rank_tasks": rank_counts[2], "holdout_rank_tasks": rank_counts[3],
-            "rank_sample_weight": RANK_SAMPLE_WEIGHT} if rank_split is not None else {}),
+            "rank_sample_weight": RANK_SAMPLE_WEIGHT,
+            **({"long_ranks": {"per_ms": LONG_RANK_MS, "max_times": LONG_RANK_MAX}} if long_ranks else {})}
+           if rank_split is not None else {}),
         **({"train_group_samples": group_counts[0], "holdout_group_samples": group_counts[1],
             "train_group_tasks": group_counts[2], "holdout_group_tasks": group_counts[3]}
            if group_split is not None else {}),
@@ -325,7 +342,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                    + ("" if split_batches else " --no-split-batches")
                    + (" --context-totals" if context_totals else "")
                    + (" --decompositions" if decompositions else "")
-                   + (" --hot-mixes" if hot_mixes else ""),
+                   + (" --hot-mixes" if hot_mixes else "")
+                   + (" --long-ranks" if long_ranks else ""),
         "date": _dt.date.today().isoformat(),
     }
     neural.save(out_dir / "compute-model.json", meta)
