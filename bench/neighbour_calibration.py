@@ -72,7 +72,7 @@ def main() -> None:
     if not pool.ranks:
         raise InputError("--profile", f"profile {args.profile!r} has no quiet-gated stored ranks",
                          "collect them with `shardplan collect ranks` first")
-    held_gb = np.exp(pool.features[:, 1]) / 1e9
+    held_gb = np.exp(pool.features[:, POINT_NAMES.index("held")]) / 1e9
     eligible = held_gb >= args.min_gb
     if not eligible.any():
         raise InputError("--min-gb", f"no stored rank holds {args.min_gb} GB or more (the largest holds "

@@ -33,8 +33,8 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from shardplan.cost.calibration import MEMORY_SHARE, weight_bytes  # the share calibration leaves its neighbours
 from shardplan.cost.estimator import load_estimator
-from shardplan.cost.calibration import weight_bytes
 from shardplan.cost.kernel import RankOp, time_reference
 from shardplan.cost.profiles import available_memory_gb, get_profile, load1, reference_ms
 from shardplan.cost.specs import ShardSpec, rank_specs
@@ -43,9 +43,6 @@ from shardplan.execute.measure import MEASURE_ID_SEED
 from shardplan.formats import load_task
 from shardplan.search import DEFAULT_SEARCHER, get_searcher
 from provenance import provenance, write_report  # a sibling: bench/ is on sys.path when run
-
-
-MEMORY_SHARE = 0.8  # of the memory available, what the ops held at once may take
 
 
 def pair_keys(factor: float, a: ShardSpec, b: ShardSpec) -> tuple[str, str, str]:
