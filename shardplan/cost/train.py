@@ -195,9 +195,12 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         nonlocal train_sets, train_f, train_b
         kept, held = np.flatnonzero(~hold), np.flatnonzero(hold)
         times = rank_weights(f_[kept] + b_[kept], long_ranks)
-        train_sets = train_sets + pick(np.repeat(kept, times), sets_)
-        train_f = np.concatenate([train_f, np.repeat(f_[kept], times)])
-        train_b = np.concatenate([train_b, np.repeat(b_[kept], times)])
+        # copy after copy of the kept sets in order (a set leaves once its count is reached): the order, and
+        # so the committed weights, of training without long_ranks, which repeats them all alike
+        copies = np.concatenate([kept[times > j] for j in range(int(times.max(initial=0)))] or [kept[:0]])
+        train_sets = train_sets + pick(copies, sets_)
+        train_f = np.concatenate([train_f, f_[copies]])
+        train_b = np.concatenate([train_b, b_[copies]])
         return pick(held, sets_), f_[held], b_[held]
 
     ranks_path = data_dir / "compute-ranks.parquet"
