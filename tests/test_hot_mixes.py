@@ -87,3 +87,42 @@ def test_training_with_hot_mixes_holds_some_out_and_names_the_flag(tmp_path):
     assert meta["command"].endswith("--hot-mixes") and "compute-hot-mixes" in meta["trained_on"]
     assert held and meta["evaluation"][HOT_SPLIT]["n"] == held and meta["holdout_hot_mixes"] == held
     assert meta["train_hot_mixes"] == 20 - held
+
+
+def test_plan_ranks_join_training_copy_after_copy_and_long_ones_more(tmp_path, monkeypatch):
+    """Without ``long_ranks`` the kept plan ranks follow the random sets as whole copies, RANK_SAMPLE_WEIGHT
+    of them in file order (the committed recipe's order, which its weights depend on); with it the long
+    ones come back in further copies."""
+    from shardplan.cost import train
+
+    prof = get_profile("cpu-2c")
+    sets, fwd, bwd = _synthetic(100)
+    frame = lambda idx, seed: pd.DataFrame({  # noqa: E731
+        "seed": seed, "sample": range(len(idx)), "source": "random", "num_shards": [len(sets[i]) for i in idx],
+        "shards": [specs_to_json(sets[i]) for i in idx], "fwd_ms": fwd[idx], "bwd_ms": bwd[idx],
+        "ref_before_ms": 1.0, "ref_after_ms": 1.0, "cpu_model": "x", "cpu_cores": 2, "torch": "t",
+        "fbgemm_gpu": "f", "threads": 1, "optimizer": "sgd"})
+    frame(np.arange(60), 3).to_parquet(tmp_path / "compute.parquet")
+    ranks = frame(np.arange(60, 100), 11).assign(source="plan-rank", task=[f"t{i % 5}" for i in range(40)])
+    ranks.to_parquet(tmp_path / "compute-ranks.parquet")
+    seen: dict[bool, list] = {}
+
+    class Stop(Exception):
+        pass
+
+    def capture(self, sets_, f, b, **kw):
+        seen[long_ranks] = list(f)
+        raise Stop
+
+    monkeypatch.setattr(train.NeuralCostModel, "fit", capture)
+    for long_ranks in (False, True):
+        with pytest.raises(Stop):
+            train.train_and_report(prof, epochs=1, data_dir=tmp_path, progress=False, long_ranks=long_ranks)
+    kept = ranks[~train.holdout_mask(ranks)]
+    label = kept.fwd_ms.to_numpy()
+    n_random = len(seen[False]) - train.RANK_SAMPLE_WEIGHT * len(kept)
+    assert seen[False][n_random:] == list(label) * train.RANK_SAMPLE_WEIGHT
+    weights = train.rank_weights((kept.fwd_ms + kept.bwd_ms).to_numpy(), long_ranks=True)
+    extra = weights.sum() - train.RANK_SAMPLE_WEIGHT * len(kept)
+    assert extra > 0  # some of the synthetic ranks are long
+    assert seen[True][:len(seen[False])] == seen[False] and len(seen[True]) == len(seen[False]) + extra
