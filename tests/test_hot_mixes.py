@@ -25,6 +25,16 @@ def _pool() -> list[Table]:
     return big + [Table(f"small{i}", 1000 * (i + 1), 64, 5.0, 1.0) for i in range(10)]
 
 
+def _cost_frames(sets, fwd, bwd):
+    """A builder of cost-data frames (the columns training reads) of the synthetic sets ``idx``, under a
+    collector ``seed``, labelled as random sets timed on a quiet reference."""
+    return lambda idx, seed: pd.DataFrame({
+        "seed": seed, "sample": range(len(idx)), "source": "random", "num_shards": [len(sets[i]) for i in idx],
+        "shards": [specs_to_json(sets[i]) for i in idx], "fwd_ms": fwd[idx], "bwd_ms": bwd[idx],
+        "ref_before_ms": 1.0, "ref_after_ms": 1.0, "cpu_model": "x", "cpu_cores": 2, "torch": "t",
+        "fbgemm_gpu": "f", "threads": 1, "optimizer": "sgd"})
+
+
 def test_a_hot_mix_holds_a_wide_hot_table_cold_large_ones_and_small_ones():
     prof = get_profile("cpu-2c-xeon")
     for i in range(20):
@@ -72,12 +82,7 @@ def test_labels_are_the_calibrated_times_and_collection_resumes(tmp_path, monkey
 
 def test_training_with_hot_mixes_holds_some_out_and_names_the_flag(tmp_path):
     prof = get_profile("cpu-2c")
-    sets, fwd, bwd = _synthetic(80)
-    frame = lambda idx, seed: pd.DataFrame({  # noqa: E731
-        "seed": seed, "sample": range(len(idx)), "source": "random", "num_shards": [len(sets[i]) for i in idx],
-        "shards": [specs_to_json(sets[i]) for i in idx], "fwd_ms": fwd[idx], "bwd_ms": bwd[idx],
-        "ref_before_ms": 1.0, "ref_after_ms": 1.0, "cpu_model": "x", "cpu_cores": 2, "torch": "t",
-        "fbgemm_gpu": "f", "threads": 1, "optimizer": "sgd"})
+    frame = _cost_frames(*_synthetic(80))
     frame(np.arange(60), 3).to_parquet(tmp_path / "compute.parquet")
     with pytest.raises(InputError, match="hot"):
         train_and_report(prof, epochs=2, data_dir=tmp_path, progress=False, hot_mixes=True)
@@ -96,12 +101,7 @@ def test_plan_ranks_join_training_copy_after_copy_and_long_ones_more(tmp_path, m
     from shardplan.cost import train
 
     prof = get_profile("cpu-2c")
-    sets, fwd, bwd = _synthetic(100)
-    frame = lambda idx, seed: pd.DataFrame({  # noqa: E731
-        "seed": seed, "sample": range(len(idx)), "source": "random", "num_shards": [len(sets[i]) for i in idx],
-        "shards": [specs_to_json(sets[i]) for i in idx], "fwd_ms": fwd[idx], "bwd_ms": bwd[idx],
-        "ref_before_ms": 1.0, "ref_after_ms": 1.0, "cpu_model": "x", "cpu_cores": 2, "torch": "t",
-        "fbgemm_gpu": "f", "threads": 1, "optimizer": "sgd"})
+    frame = _cost_frames(*_synthetic(100))
     frame(np.arange(60), 3).to_parquet(tmp_path / "compute.parquet")
     ranks = frame(np.arange(60, 100), 11).assign(source="plan-rank", task=[f"t{i % 5}" for i in range(40)])
     ranks.to_parquet(tmp_path / "compute-ranks.parquet")
