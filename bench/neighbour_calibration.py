@@ -5,7 +5,10 @@ timed under the quiet gate), a seeded choice spread evenly over log label
 ms. Each is timed now with :func:`shardplan.cost.calibration.calibrated_timing`,
 its neighbours drawn from other tasks only, and both of its figures are
 compared with its label: divided by the reference's slowdown (what plan
-measurements do) and divided by its neighbours' factor. Prints a table and
+measurements do) and divided by its neighbours' factor. With ``--features``
+given more than once, each target is calibrated by each choice of neighbours
+in turn, so the choices are compared on the same targets in the same minutes.
+Prints a table and
 writes ``bench/results/neighbour-calibration-<profile>[-NAME].{md,csv}``.
 Measured: real FBGEMM CPU kernel times; no model is involved.
 
@@ -23,7 +26,8 @@ import pandas as pd
 from tqdm import tqdm
 
 from shardplan.cost.calibration import (FEATURES, NEIGHBOURS, PASSES, POINT_NAMES, VISITS, calibrated_timing,
-                                        labelled_pool, weight_bytes)
+                                        labelled_pool)
+from shardplan.cost.features import touched_bytes
 from shardplan.cost.profiles import get_profile, load1
 from shardplan.errors import InputError, exit_status
 from shardplan.formats import write_text_atomic
@@ -58,11 +62,15 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=NEIGHBOURS)
     ap.add_argument("--visits", type=int, default=VISITS)
     ap.add_argument("--passes", type=int, default=PASSES)
-    ap.add_argument("--features", type=point_names, default=FEATURES,
+    ap.add_argument("--features", type=point_names, action="append",
                     help=f"what neighbours are chosen by, comma-separated among {', '.join(POINT_NAMES)} "
-                         f"(default {','.join(FEATURES)}); a count n means the first n (as in older results)")
+                         f"(default {','.join(FEATURES)}); a count n means the first n (as in older results); "
+                         "give it again to compare choices, each target calibrated by each in turn")
     ap.add_argument("--min-gb", type=float, default=0.0,
                     help="only stored ranks holding at least this many GB of weights (heavy ranks)")
+    ap.add_argument("--min-touched-mb", type=float, default=0.0,
+                    help="only stored ranks whose ids touch at least this many MB of rows a batch "
+                         "(cache-heavy ranks, whose slowdown the reference misses)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--name", help="results file stem suffix")
     ap.add_argument("--out", default="bench/results")
@@ -72,23 +80,31 @@ def main() -> None:
     if not pool.ranks:
         raise InputError("--profile", f"profile {args.profile!r} has no quiet-gated stored ranks",
                          "collect them with `shardplan collect ranks` first")
+    choices = args.features or [FEATURES]
     held_gb = np.exp(pool.features[:, POINT_NAMES.index("held")]) / 1e9
-    eligible = held_gb >= args.min_gb
+    touched_mb = np.array([touched_bytes(list(r.specs)) for r in pool.ranks]) / 1e6
+    for flag, have, least, unit in (("--min-gb", held_gb, args.min_gb, "GB held"),
+                                    ("--min-touched-mb", touched_mb, args.min_touched_mb, "MB touched")):
+        if not (have >= least).any():
+            raise InputError(flag, f"no stored rank has {least} {unit} or more (the most is {have.max():.2f})",
+                             "lower it")
+    eligible = (held_gb >= args.min_gb) & (touched_mb >= args.min_touched_mb)
     if not eligible.any():
-        raise InputError("--min-gb", f"no stored rank holds {args.min_gb} GB or more (the largest holds "
-                         f"{held_gb.max():.2f} GB)", "lower it")
+        raise InputError("--min-gb", f"no stored rank has both {args.min_gb} GB held and "
+                         f"{args.min_touched_mb} MB touched", "lower one of --min-gb, --min-touched-mb")
     load_before = load1()
     rows = []
     for i in tqdm(pick_targets(args.targets, args.seed, pool.features[:, 0], eligible), desc="targets"):
         r = pool.ranks[i]
-        c = calibrated_timing(list(r.specs), r.optimizer, r.dtype, r.id_seed, profile, args.k, args.visits,
-                              args.passes, exclude_task=pool.tasks[i], features=args.features)
-        rows.append({"target": i, "task": pool.tasks[i], "label_ms": r.label_ms,
-                     "held_gb": weight_bytes(list(r.specs)) / 1e9,
-                     "raw_ms": c.raw_fwd_ms + c.raw_bwd_ms, "reference_slowdown": c.reference_slowdown,
-                     "neighbour_factor": c.factor, "passes": c.passes,
-                     "by_reference": c.reference_divided_ms / r.label_ms - 1,
-                     "by_neighbours": (c.fwd_ms + c.bwd_ms) / r.label_ms - 1})
+        for features in choices:  # in turn, so every choice meets the host in the same state
+            c = calibrated_timing(list(r.specs), r.optimizer, r.dtype, r.id_seed, profile, args.k, args.visits,
+                                  args.passes, exclude_task=pool.tasks[i], features=features)
+            rows.append({"target": i, "task": pool.tasks[i], "label_ms": r.label_ms, "features": ",".join(features),
+                         "held_gb": held_gb[i], "touched_mb": touched_mb[i],
+                         "raw_ms": c.raw_fwd_ms + c.raw_bwd_ms, "reference_slowdown": c.reference_slowdown,
+                         "neighbour_factor": c.factor, "passes": c.passes,
+                         "by_reference": c.reference_divided_ms / r.label_ms - 1,
+                         "by_neighbours": (c.fwd_ms + c.bwd_ms) / r.label_ms - 1})
     df = pd.DataFrame(rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -101,10 +117,14 @@ def main() -> None:
                 f"{100 * (a <= 0.15).mean():.0f}% | {100 * err.mean():+.1f}%")
 
     df["band"] = pd.cut(df.label_ms, [0, 3, 8, 20, np.inf], labels=["1-3 ms", "3-8 ms", "8-20 ms", "20-50 ms"])
+    targets = df.drop_duplicates("target")
     md = [f"# Neighbour calibration against known labels, profile `{args.profile}`", "",
-          *provenance(load_before, f". {len(df)} stored ranks"
-          + (f" holding {args.min_gb} GB or more" if args.min_gb else "") + " re-timed now, each beside its "
-          f"{args.k} nearest labelled ranks of other tasks (by {', '.join(args.features)}; {args.visits} visits, "
+          *provenance(load_before, f". {len(targets)} stored ranks"
+          + (f" holding {args.min_gb} GB or more" if args.min_gb else "")
+          + (f" touching {args.min_touched_mb} MB or more a batch" if args.min_touched_mb else "")
+          + " re-timed now, each beside its "
+          f"{args.k} nearest labelled ranks of other tasks (by {' and, in turn, by '.join(map(', '.join, choices))}; "
+          f"{args.visits} visits, "
           f"up to {args.passes} passes); the "
           f"reference read {df.reference_slowdown.median():.2f}x quiet (median; "
           f"{df.reference_slowdown.min():.2f}-{df.reference_slowdown.max():.2f}x). Error = figure over the "
@@ -112,10 +132,12 @@ def main() -> None:
           "| divided by | mean abs error | median | within 10% | within 15% | mean error |",
           "| --- | --- | --- | --- | --- | --- |",
           f"| the reference's slowdown | {summary(df.by_reference)} |",
-          f"| the neighbours' factor | {summary(df.by_neighbours)} |", "",
-          "| label band | targets | by reference: mean abs | by neighbours: mean abs |", "| --- | --- | --- | --- |"]
-    md += [f"| {b} | {len(g)} | {100 * g.by_reference.abs().mean():.1f}% | {100 * g.by_neighbours.abs().mean():.1f}% |"
-           for b, g in df.groupby("band", observed=True)]
+          *(f"| the neighbours' factor (by {f}) | {summary(g.by_neighbours)} |"
+            for f, g in df.groupby("features", sort=False)), "",
+          "| label band | neighbours by | targets | by reference: mean abs | by neighbours: mean abs |",
+          "| --- | --- | --- | --- | --- |"]
+    md += [f"| {b} | {f} | {len(g)} | {100 * g.by_reference.abs().mean():.1f}% | {100 * g.by_neighbours.abs().mean():.1f}% |"
+           for (b, f), g in df.groupby(["band", "features"], observed=True)]
     write_text_atomic(out / f"{stem}.md", "\n".join(md) + "\n")
     print("\n".join(md))
 
