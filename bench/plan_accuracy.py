@@ -44,10 +44,11 @@ def rank_signature(specs: list[ShardSpec]) -> str:
 
 def calibrated_rounds(plan: Plan, profile: str, rounds: int) -> dict[int, dict[str, float]]:
     """Per rank with shards, its neighbour-calibrated fwd/bwd ms (:func:`measure_plan_calibrated`), the
-    neighbours' factor, how far its rounds spread and the reference's slowdown."""
+    neighbours' factor and what they were chosen by, how far its rounds spread and the reference's slowdown."""
     m = measure_plan_calibrated(plan, profile, rounds)
     return {r: {"cal_fwd_ms": rc.fwd_compute_ms, "cal_bwd_ms": rc.bwd_compute_ms,
                 "cal_factor": m.extra["calibration_factor_per_rank"][r],
+                "cal_features": m.extra["calibration_neighbours_by"],
                 "cal_round_spread": max(m.extra["rounds_compute_ms_per_rank"][r]) / min(m.extra["rounds_compute_ms_per_rank"][r]),
                 "cal_reference_slowdown": m.extra["reference_slowdown"]}
             for r, rc in enumerate(m.per_rank) if rc.compute_ms > 0}

@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from shardplan.cost.calibration import EARLIER_FEATURES, FEATURES
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.specs import rank_specs
 from shardplan.errors import InfeasibleError, InputError, exit_status
@@ -90,6 +91,10 @@ def main() -> None:
     ap.add_argument("--since", default=FIRST_RUN, help="with committed runs: the first commit to read")
     ap.add_argument("--measured", default="meas_ms", choices=("meas_ms", "cal_ms"),
                     help="the runs' reference-divided figures, or their neighbour-calibrated ones")
+    ap.add_argument("--neighbours-by", default=",".join(FEATURES),
+                    help="with --measured cal_ms, pool only runs calibrated by neighbours chosen by these "
+                         f"(default today's, {','.join(FEATURES)}; runs written before the choice was recorded "
+                         f"used {','.join(EARLIER_FEATURES)})")
     ap.add_argument("--model", help="a compute-model file to score instead of the committed one")
     ap.add_argument("--name", help="output file stem (default plan-accuracy-runs-PROFILE-SUITE[-cal_ms])")
     ap.add_argument("--out", default="bench/results")
@@ -121,14 +126,17 @@ def main() -> None:
         keys = list(zip(df.task, df["rank"]))
         same = (all(signature.get(k) == s for k, s in zip(keys, df.rank_signature)) if "rank_signature" in df
                 else all(shards.get(k) == n for k, n in zip(keys, df.shards)))
-        if same and set(keys) == set(pred) and args.measured in df:
+        by = str(df.cal_features.iloc[0]) if "cal_features" in df else ",".join(EARLIER_FEATURES)
+        one_instrument = args.measured != "cal_ms" or by == args.neighbours_by
+        if same and set(keys) == set(pred) and args.measured in df and one_instrument:
             kept[name] = df.set_index(["task", "rank"])[args.measured]
         else:
             dropped.append(name)
     if not kept:
         raise InputError("--runs", f"no run of today's {args.searcher} plans with `{args.measured}` "
-                         f"(dropped as other plans or without it: {dropped})",
-                         "give runs of the same plans, or another --measured column")
+                         + (f"by neighbours chosen by {args.neighbours_by} " if args.measured == "cal_ms" else "")
+                         + f"(dropped as other plans, without it or by other neighbours: {dropped})",
+                         "give runs of the same plans, or another --measured column or --neighbours-by")
     meas = pd.DataFrame(kept)
     logm = np.log(meas)
     consensus = np.exp(logm.median(axis=1))
@@ -162,10 +170,12 @@ def main() -> None:
     md = [f"# The model against {len(meas.columns)} independent runs of the {args.searcher} plans of `{args.suite}`", "",
           f"Command: `.venv/bin/python bench/plan_accuracy_runs.py {shlex.join(sys.argv[1:])}`  ",
           f"Date {dt.date.today()}. Measured: each run's figures (real FBGEMM CPU kernels, "
-          + ("neighbour-calibrated" if args.measured == "cal_ms" else "divided by the run's reference slowdown")
+          + (f"neighbour-calibrated, neighbours chosen by {args.neighbours_by}" if args.measured == "cal_ms"
+             else "divided by the run's reference slowdown")
           + f"; protocol and machine state in each run's own `.md`). Predicted: {model_name}, recomputed now. "
           f"Consensus: per rank, the median over runs (log space). "
-          f"Runs dropped because their plans differ from today's or lack `{args.measured}`: {len(dropped)}.", "",
+          f"Runs dropped because their plans differ from today's, lack `{args.measured}`"
+          + (" or were calibrated by other neighbours" if args.measured == "cal_ms" else "") + f": {len(dropped)}.", "",
           f"**Model vs consensus** ({len(meas)} ranks): MAPE {pct(overall['mape'])}, median {pct(overall['median'])}, "
           f"within {TOLERANCE:.0%}: {pct(overall['within'])} of ranks, worst {pct(overall['worst'])}; "
           f"median signed error {overall['bias'] * 100:+.1f}% (negative: predicted below measured).", "",

@@ -10,7 +10,8 @@ the reference came out 19-37% (mean) from their labels.
 Neighbour calibration asks the cost labels instead. The profile's stored plan
 ranks were timed on the quiet host (``compute-ranks.parquet``, quiet gate);
 for a rank to be measured, the ``k`` stored ranks most like it in quiet-host
-time and in bytes held are timed beside it, in turn, and the rank's raw time
+time, bytes held and bytes of rows touched a millisecond (:data:`FEATURES`)
+are timed beside it, in turn, and the rank's raw time
 is divided by their raw-over-label ratio (geometric mean). Its quiet-host time is not
 known in advance, so it is first estimated by dividing by the reference, and
 after the first pass by the neighbours' own factor; when that estimate moves
@@ -47,7 +48,12 @@ MEMORY_SHARE = 0.8  # of the memory available, what the neighbours held at once 
 # a millisecond (memory-latency bound: high) and the bytes of rows touched a millisecond (the rate at which
 # the rank draws rows through the cache: on a host whose memory bandwidth a neighbour takes, high loses most).
 POINT_NAMES = ("ms", "held", "lookups_per_ms", "touched_per_ms")
-FEATURES = ("ms", "held")
+# The default since 2026-11-25: against known labels on the disturbed host, adding the touched rate cut the
+# mean error on cache-heavy ranks (20 MB touched a batch or more) from 8.4% to 7.1% and its bias from +5.6% to
+# +2.9%, on ranks of every size from 8.6% to 7.4% (each target calibrated both ways in turn;
+# bench/results/neighbour-calibration-cpu-2c-xeon-{touched,all-touched}-s37.md).
+FEATURES = ("ms", "held", "touched_per_ms")
+EARLIER_FEATURES = ("ms", "held")  # the default before; results written then do not record their choice
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from ..cost.calibration import NEIGHBOURS, calibrated_timing
+from ..cost.calibration import FEATURES, NEIGHBOURS, calibrated_timing
 from ..cost.comm import rank_volumes
 from ..cost.estimator import comm_model_for
 from ..cost.kernel import KernelTiming, RankOp, time_bracketed
@@ -233,8 +233,10 @@ def measure_plan_calibrated(plan: Plan, profile_name: str = "cpu-2c", rounds: in
     ranks = tuple(RankCost(r, *per.get(r, zero), comm[r][0], comm[r][1], mem[r]) for r in range(len(specs)))
     return PlanCost(kind="measured", profile=profile.name, per_rank=ranks, extra={
         "compute": (f"measured: FBGEMM {profile.device} TBE fwd/bwd, each rank timed in turn with the "
-                    f"{NEIGHBOURS} stored ranks nearest it in quiet-host time and bytes held and divided by "
+                    f"{NEIGHBOURS} stored ranks nearest it in quiet-host time, bytes held and bytes touched "
+                    "a ms, divided by "
                     f"their raw-over-label ratio (neighbour calibration), geometric mean of {rounds} round(s)"),
+        "calibration_neighbours_by": ",".join(FEATURES),
         "calibration_factor_per_rank": [round(gmean([c.factor for c in timings[r]]), 4) if r in timings else None
                                         for r in range(len(specs))],
         "reference_divided_compute_ms_per_rank": [
