@@ -132,10 +132,12 @@ def _cmd_collect_hot_mixes(args: argparse.Namespace) -> int:
             raise InputError("--exclude-suites", f"no task files in {suite}", "name suite folders of task files")
     held_out = suite_table_names(suites)
     pool = [t for name in args.pools.split(",") for t in load_pool(name) if t.name not in held_out]
-    out = Path(args.out) if args.out else profile.dir / "compute-hot-mixes.parquet"
+    out = Path(args.out) if args.out else profile.dir / f"compute-{args.recipe}-mixes.parquet"
     check_collect_target(profile, out)
-    df = collect_hot_mixes(profile, pool, out, args.sets, seed=args.seed, max_seconds=args.max_seconds)
-    print(f"{out}: {len(df)} hot mixes ({len(held_out)} tables of {len(suites)} suites left out of the pools)")
+    df = collect_hot_mixes(profile, pool, out, args.sets, seed=args.seed, max_seconds=args.max_seconds,
+                           recipe=args.recipe)
+    print(f"{out}: {len(df)} {args.recipe} mixes ({len(held_out)} tables of {len(suites)} suites left out of "
+          "the pools)")
     return 0
 
 
@@ -168,7 +170,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     meta = train_and_report(get_profile(args.profile), epochs=args.epochs, seed=args.seed,
                             out_dir=args.out, random_level=args.random_level, split_batches=args.split_batches,
                             context_totals=args.context_totals, decompositions=args.decompositions,
-                            hot_mixes=args.hot_mixes, long_ranks=args.long_ranks)
+                            hot_mixes=args.hot_mixes, long_ranks=args.long_ranks,
+                            crowded_mixes=args.crowded_mixes)
     print(report_markdown(meta))
     return 0
 
@@ -597,6 +600,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--hot-mixes", action=argparse.BooleanOptionalAction, default=False,
                        help="also learn compute-hot-mixes.parquet's neighbour-calibrated sets as plan ranks "
                             "(shardplan collect hot-mixes); a candidate")
+    train.add_argument("--crowded-mixes", action=argparse.BooleanOptionalAction, default=False,
+                       help="also learn compute-crowded-mixes.parquet's neighbour-calibrated sets of 8-30 whole "
+                            "tables as plan ranks (shardplan collect crowded-mixes); a candidate")
     train.add_argument("--long-ranks", action=argparse.BooleanOptionalAction, default=False,
                        help="plan ranks count more the longer they are (once more per 10 ms, up to 3 times "
                             "their weight): a plan's cost is its slowest rank's; a candidate")
@@ -676,18 +682,23 @@ def build_parser() -> argparse.ArgumentParser:
                     help="stop after this long, keeping what was collected (run again to resume)")
     cd.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute-decompositions.parquet)")
     cd.set_defaults(func=_cmd_collect_decompositions)
-    ch = with_profile(csub.add_parser("hot-mixes", help="time plan-rank-like sets around a large hot table beside "
-                                                        "labelled neighbours (calibrated labels; resumable)"),
-                      model=False)
-    ch.add_argument("--sets", type=int, default=200, help="total sets wanted for this seed")
-    ch.add_argument("--seed", type=int, default=0)
-    ch.add_argument("--pools", default=",".join(COLLECT_POOLS))
-    ch.add_argument("--exclude-suites", default="data/tasks/unseen-a,data/tasks/unseen-b",
-                    help="suites whose tables are left out of the pools (held-out checks never see a label)")
-    ch.add_argument("--max-seconds", type=float, default=None,
-                    help="stop after this long, keeping what was collected (run again to resume)")
-    ch.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute-hot-mixes.parquet)")
-    ch.set_defaults(func=_cmd_collect_hot_mixes)
+    for recipe, about, excluded in (
+            ("hot", "plan-rank-like sets around a large hot table", "data/tasks/unseen-a,data/tasks/unseen-b"),
+            ("crowded", "sets of 8-30 whole tables, half of them large",
+             "data/tasks/unseen-a,data/tasks/unseen-b,data/tasks/unseen-c")):
+        ch = with_profile(csub.add_parser(f"{recipe}-mixes", help=f"time {about} beside labelled neighbours "
+                                                                  "(calibrated labels; resumable)"),
+                          model=False)
+        ch.add_argument("--sets", type=int, default=200, help="total sets wanted for this seed")
+        ch.add_argument("--seed", type=int, default=0)
+        ch.add_argument("--pools", default=",".join(COLLECT_POOLS))
+        # the hot mixes were drawn before unseen-c existed; their command keeps the pools they were drawn from
+        ch.add_argument("--exclude-suites", default=excluded,
+                        help="suites whose tables are left out of the pools (held-out checks never see a label)")
+        ch.add_argument("--max-seconds", type=float, default=None,
+                        help="stop after this long, keeping what was collected (run again to resume)")
+        ch.add_argument("--out", help=f"parquet file (default data/profiles/<profile>/compute-{recipe}-mixes.parquet)")
+        ch.set_defaults(func=_cmd_collect_hot_mixes, recipe=recipe)
     cm = with_profile(csub.add_parser("comm", help="measure gloo all-to-all and fit the comm model"),
                       model=False)
     cm.add_argument("--world-sizes", default="2,3,4")

@@ -8,11 +8,13 @@ import pytest
 
 from shardplan.cost import collect_hot
 from shardplan.cost.calibration import CalibratedTiming
-from shardplan.cost.collect_hot import (HOT_MIN_POOLING, HOT_MIN_ROWS, collect_hot_mixes, hot_mix_sample,
-                                        suite_table_names)
+from shardplan.cost.collect_hot import (CROWDED_ID_SEED, CROWDED_MAX_HELD, CROWDED_MAX_TOUCHED, CROWDED_SHARDS,
+                                        HOT_MIN_POOLING, HOT_MIN_ROWS, collect_hot_mixes, crowded_mix_sample,
+                                        hot_mix_sample, suite_table_names)
+from shardplan.cost.features import touched_bytes
 from shardplan.cost.profiles import get_profile
 from shardplan.cost.specs import specs_from_json, specs_to_json
-from shardplan.cost.train import HOT_SPLIT, is_holdout, train_and_report
+from shardplan.cost.train import CROWDED_SPLIT, HOT_SPLIT, is_holdout, train_and_report
 from shardplan.domain import Table
 from shardplan.errors import InputError
 from test_collect_and_models import _synthetic
@@ -52,6 +54,24 @@ def test_a_hot_mix_holds_a_wide_hot_table_cold_large_ones_and_small_ones():
         hot_mix_sample(np.random.default_rng(0), [t for t in _pool() if not t.name.startswith("hot")], prof)
 
 
+def test_a_crowded_mix_holds_many_whole_tables_half_large_within_its_budgets():
+    prof = get_profile("cpu-2c-xeon")
+    pool = _pool() + [Table(f"big{i}", 1_000_000, 64, 4.0 + i, 1.0) for i in range(30)]
+    sizes = []
+    for i in range(20):
+        specs = crowded_mix_sample(np.random.default_rng([0, i]), pool, prof)
+        assert specs == crowded_mix_sample(np.random.default_rng([0, i]), pool, prof)  # seeded
+        names = [s.table for s in specs]
+        assert len(set(names)) == len(names) and len({s.batch_size for s in specs}) == 1
+        assert all(s.row_offset == 0 and s.rows == s.table_rows for s in specs)  # whole tables
+        assert touched_bytes(specs) <= CROWDED_MAX_TOUCHED and sum(s.rows * s.cols * 4 for s in specs) <= CROWDED_MAX_HELD
+        assert len(specs) <= CROWDED_SHARDS[1] and any(s.table_rows >= HOT_MIN_ROWS for s in specs)
+        sizes.append(len(specs))
+    assert max(sizes) >= 15 and min(sizes) >= 3  # many tables, where the random sets' budgets admit few large ones
+    with pytest.raises(ValueError, match="large and smaller"):
+        crowded_mix_sample(np.random.default_rng(0), [t for t in pool if t.num_embeddings < HOT_MIN_ROWS], prof)
+
+
 def test_suite_table_names_strip_the_task_prefix(tmp_path):
     for name, tables in (("a.json", ["t00_meta497", "t01_kaggle07"]), ("b.json", ["t12_meta001"])):
         (tmp_path / name).write_text(json.dumps({"tables": [{"name": t} for t in tables]}))
@@ -78,6 +98,10 @@ def test_labels_are_the_calibrated_times_and_collection_resumes(tmp_path, monkey
     assert specs_from_json(df["shards"].iloc[1]) == hot_mix_sample(np.random.default_rng([3, 1]), _pool(), prof)
     df = collect_hot_mixes(prof, _pool(), out, 3, seed=3)
     assert len(df) == 3 and sorted(df["sample"]) == [0, 1, 2] and len(calls) == 3 and len(set(calls)) == 3
+    crowded = collect_hot_mixes(prof, _pool(), tmp_path / "crowded.parquet", 1, seed=3, recipe="crowded")
+    assert (crowded["source"] == "crowded-mix").all() and calls[-1] == CROWDED_ID_SEED
+    assert specs_from_json(crowded["shards"].iloc[0]) == crowded_mix_sample(np.random.default_rng([3, 0]), _pool(),
+                                                                            prof)
 
 
 def test_training_with_hot_mixes_holds_some_out_and_names_the_flag(tmp_path):
@@ -92,6 +116,10 @@ def test_training_with_hot_mixes_holds_some_out_and_names_the_flag(tmp_path):
     assert meta["command"].endswith("--hot-mixes") and "compute-hot-mixes" in meta["trained_on"]
     assert held and meta["evaluation"][HOT_SPLIT]["n"] == held and meta["holdout_hot_mixes"] == held
     assert meta["train_hot_mixes"] == 20 - held
+    frame(np.arange(60, 80), 9).assign(source="crowded-mix").to_parquet(tmp_path / "compute-crowded-mixes.parquet")
+    meta = train_and_report(prof, epochs=2, data_dir=tmp_path, progress=False, hot_mixes=True, crowded_mixes=True)
+    assert meta["command"].endswith("--hot-mixes --crowded-mixes") and "compute-crowded-mixes" in meta["trained_on"]
+    assert meta["evaluation"][CROWDED_SPLIT]["n"] == held == meta["holdout_crowded_mixes"]
 
 
 def test_plan_ranks_join_training_copy_after_copy_and_long_ones_more(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""Hot mixes: plan-rank-like sets around a large hot table, labelled by neighbour calibration.
+"""Mixes: plan-rank-like sets of whole tables, labelled by neighbour calibration.
 
 The rank the model misses most on the Xeon (``unseen-b-08`` rank 0) is a mix a
 planner builds: one large table at a wide dim and high pooling, a large narrow
@@ -11,14 +11,21 @@ beside its labelled neighbours (:func:`calibration.calibrated_timing`), which
 expresses it on the stored plan ranks' host whatever state the host is in now.
 The labels are therefore plan ranks' level, not random sets'.
 
-:func:`hot_mix_sample` draws a set from a pool the caller has filtered
-(``shardplan collect hot-mixes`` leaves out every table of ``--exclude-suites``,
-by default the held-out suites', so no unseen table is ever a label); sample
-``i`` of seed ``s`` is drawn from ``default_rng([s, i])`` and timed with id seed
-``HOT_ID_SEED + i``, so a stopped run resumes exactly. Rows go to
-``data/profiles/<profile>/compute-hot-mixes.parquet``: the calibrated fwd/bwd ms
-as labels, beside the raw times, the neighbours' factor, the reference's
-slowdown, which stored ranks were the neighbours (positions in
+:func:`crowded_mix_sample` is the second recipe (``shardplan collect
+crowded-mixes``): the misses left after hot mixes (``unseen-c-04`` rank 1,
+``unseen-c-06`` rank 0, ``unseen-b-08`` rank 0) are ranks of 10 to 31 whole
+tables, several of a million rows, touching 20-45 MB of rows a batch between
+them; taken apart, such a rank ran 1.61 times its shards alone where the model
+said 1.26. The random sets' budgets (600 MB held, 15 shards) never draw them.
+
+Each recipe (:data:`RECIPES`) draws a set from a pool the caller has filtered
+(``shardplan collect hot-mixes`` / ``crowded-mixes`` leave out every table of
+``--exclude-suites``, so no unseen table is ever a label); sample ``i`` of seed
+``s`` is drawn from ``default_rng([s, i])`` and timed with id seed
+``<recipe's id seed> + i``, so a stopped run resumes exactly. Rows go to
+``data/profiles/<profile>/compute-<recipe>-mixes.parquet``: the calibrated
+fwd/bwd ms as labels, beside the raw times, the neighbours' factor, the
+reference's slowdown, which stored ranks were the neighbours (positions in
 :func:`calibration.labelled_pool` as it stood), the load and the date.
 """
 from __future__ import annotations
@@ -35,7 +42,8 @@ from tqdm import tqdm
 
 from ..domain import Table
 from .calibration import calibrated_timing
-from .collect import _stamp, append_rows, spec_columns
+from .collect import COLLECT_DIM_WEIGHTS, COLLECT_DIMS, _stamp, append_rows, spec_columns
+from .features import touched_bytes
 from .profiles import Profile, load1
 from .specs import ShardSpec
 
@@ -48,6 +56,13 @@ COLD_DIMS = (4, 8, 16)
 SMALL_DIMS = (4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 HOT_BATCHES = (1024, 2048, 2048, 4096)  # 2048 twice: the unseen suites' batch
 HOT_ID_SEED = 50_000  # id seeds apart from the random sets' (their sample index) and plan ranks'
+CROWDED_ID_SEED = 60_000  # and apart from the hot mixes' (which stay under 10,000 sets)
+CROWDED_SHARDS = (8, 30)  # the misses hold 10 to 31 tables
+CROWDED_LARGE_SHARE = 0.5  # of the tables drawn, how many are large (c-04 r1: 4 of 11 at a million rows)
+CROWDED_BATCHES = (1024, 2048, 4096, 8192)  # the misses are at 1024, 2048, 4096 and 8192
+CROWDED_MAX_TOUCHED = 60e6  # bytes of rows touched a batch (the misses: 22-45 MB)
+CROWDED_MAX_HELD = 3e9  # bytes held (c-06 r0 holds 2.4 GB); also keeps a set beside its neighbours in memory
+CROWDED_LOOKUP_SCALE = 1.5  # times the random sets' lookup budget: up to ~50 ms a set, as the misses' 14-35 ms
 VISITS, PASSES = 4, 2  # as bench/plan_accuracy.py --visits 4 --rounds 2 calibrates
 
 
@@ -94,11 +109,48 @@ def hot_mix_sample(rng: np.random.Generator, pool: list[Table], profile: Profile
     return specs
 
 
+def crowded_mix_sample(rng: np.random.Generator, pool: list[Table], profile: Profile) -> list[ShardSpec]:
+    """8-30 whole tables at one batch size, each drawn from the large ones (at least ``HOT_MIN_ROWS`` rows)
+    with probability ``CROWDED_LARGE_SHARE`` and from the rest otherwise, at dims drawn as the random sets'
+    are; a table that would take the set past ``CROWDED_MAX_TOUCHED`` bytes touched a batch,
+    ``CROWDED_MAX_HELD`` bytes held or the scaled lookup budget is passed over, each table at most once."""
+    big = [t for t in pool if t.num_embeddings >= HOT_MIN_ROWS]
+    rest = [t for t in pool if t.num_embeddings < HOT_MIN_ROWS]
+    if not (big and rest):
+        raise ValueError("the pool needs large and smaller tables to draw crowded mixes from")
+    batch = int(rng.choice(CROWDED_BATCHES))
+    n = int(rng.integers(CROWDED_SHARDS[0], CROWDED_SHARDS[1] + 1))
+    p = np.array(COLLECT_DIM_WEIGHTS, dtype=float) / sum(COLLECT_DIM_WEIGHTS)
+    max_floats = CROWDED_LOOKUP_SCALE * profile.max_sample_lookup_floats
+    specs: list[ShardSpec] = []
+    touched = held = floats = 0.0
+    for _ in range(20 * n):
+        if len(specs) == n:
+            break
+        tables = big if rng.random() < CROWDED_LARGE_SHARE else rest
+        t, cols = tables[int(rng.integers(len(tables)))], int(rng.choice(COLLECT_DIMS, p=p))
+        spec = _spec(t, cols, batch, profile.max_rows)
+        t_bytes, h_bytes = touched_bytes([spec]), spec.rows * cols * 4
+        f = batch * t.pooling_factor * cols
+        if (any(s.table == t.name for s in specs) or touched + t_bytes > CROWDED_MAX_TOUCHED
+                or held + h_bytes > CROWDED_MAX_HELD or floats + f > max_floats):
+            continue
+        specs.append(spec)
+        touched, held, floats = touched + t_bytes, held + h_bytes, floats + f
+    return specs
+
+
+# recipe -> (drawing, id seed base, the rows' source)
+RECIPES = {"hot": (hot_mix_sample, HOT_ID_SEED, "hot-mix"),
+           "crowded": (crowded_mix_sample, CROWDED_ID_SEED, "crowded-mix")}
+
+
 def collect_hot_mixes(profile: Profile, pool: list[Table], out: Path, num_samples: int, seed: int = 0,
                       optimizer: str = "sgd", dtype: str = "fp32", flush_every: int = 5,
-                      max_seconds: float | None = None) -> pd.DataFrame:
-    """Append neighbour-calibrated hot mixes to ``out`` until it holds ``num_samples`` rows of this seed;
-    resumable (module docstring)."""
+                      max_seconds: float | None = None, recipe: str = "hot") -> pd.DataFrame:
+    """Append neighbour-calibrated mixes of ``recipe`` (:data:`RECIPES`) to ``out`` until it holds
+    ``num_samples`` rows of this seed; resumable (module docstring)."""
+    draw, id_base, source = RECIPES[recipe]
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     profile.use_threads()
     existing = pd.read_parquet(out) if out.exists() else pd.DataFrame()
@@ -107,14 +159,14 @@ def collect_hot_mixes(profile: Profile, pool: list[Table], out: Path, num_sample
     stamp = _stamp(profile, optimizer, dtype)
     rows: list[dict] = []
     out.parent.mkdir(parents=True, exist_ok=True)
-    for i in tqdm(todo, desc=f"collect hot mixes [{profile.name}]", initial=len(done), total=num_samples):
+    for i in tqdm(todo, desc=f"collect {recipe} mixes [{profile.name}]", initial=len(done), total=num_samples):
         if deadline is not None and time.monotonic() > deadline:
             break
-        specs = hot_mix_sample(np.random.default_rng([seed, i]), pool, profile)
+        specs = draw(np.random.default_rng([seed, i]), pool, profile)
         before = load1()
-        ct = calibrated_timing(specs, optimizer, dtype, HOT_ID_SEED + i, profile, visits=VISITS, passes=PASSES)
-        rows.append({"seed": seed, "sample": i, "source": "hot-mix", **spec_columns(specs),
-                     "id_seed": HOT_ID_SEED + i, "fwd_ms": ct.fwd_ms, "bwd_ms": ct.bwd_ms,
+        ct = calibrated_timing(specs, optimizer, dtype, id_base + i, profile, visits=VISITS, passes=PASSES)
+        rows.append({"seed": seed, "sample": i, "source": source, **spec_columns(specs),
+                     "id_seed": id_base + i, "fwd_ms": ct.fwd_ms, "bwd_ms": ct.bwd_ms,
                      "raw_fwd_ms": ct.raw_fwd_ms, "raw_bwd_ms": ct.raw_bwd_ms, "factor": ct.factor,
                      "reference_slowdown": ct.reference_slowdown, "neighbours": list(ct.neighbours),
                      "passes": ct.passes, "visits": VISITS, "load1_before": before, "load1_after": load1(),

@@ -88,6 +88,8 @@ def holdout_mask(df: pd.DataFrame) -> np.ndarray:
 
 GROUP_SPLIT = "holdout plan groups (each task's plans timed together; level matched per group)"
 HOT_SPLIT = "holdout hot mixes (neighbour-calibrated, plan ranks' level)"
+CROWDED_SPLIT = "holdout crowded mixes (neighbour-calibrated, plan ranks' level)"
+MIX_SPLITS = {"hot": HOT_SPLIT, "crowded": CROWDED_SPLIT}  # the recipes of shardplan.cost.collect_hot
 DECOMP_SPLIT = ("holdout decompositions (each set whole over the sum of its shards alone, timed in the same "
                 "repetitions; scored as that ratio)")
 
@@ -164,7 +166,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                      out_dir: Path | None = None, progress: bool = True,
                      random_level: bool = True, split_batches: bool = True,
                      context_totals: bool = False, decompositions: bool = False,
-                     hot_mixes: bool = False, long_ranks: bool = False) -> dict[str, Any]:
+                     hot_mixes: bool = False, long_ranks: bool = False,
+                     crowded_mixes: bool = False) -> dict[str, Any]:
     """Train on ``data_dir`` (default: the profile's folder), write model and report to ``out_dir``.
     ``random_level``: the random sets' level is learnt apart from plan ranks' (``NeuralCostModel.fit``);
     it needs plan ranks (``compute-ranks.parquet``) and is not used without them. ``split_batches``: a
@@ -173,7 +176,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     ``decompositions``: also learn ``compute-decompositions.parquet``'s ratios of sets over their shards alone
     (a candidate; ``NeuralCostModel.fit``), held out by source row and scored as ratios. ``hot_mixes``: also
     learn ``compute-hot-mixes.parquet`` (:mod:`collect_hot`), neighbour-calibrated sets at plan ranks' level,
-    each counted as a plan rank; held out by the random split (a candidate). ``long_ranks``: plan ranks count
+    each counted as a plan rank; held out by the random split (a candidate); ``crowded_mixes`` the same of
+    ``compute-crowded-mixes.parquet``. ``long_ranks``: plan ranks count
     more the longer they are (:func:`rank_weights`; a candidate)."""
     data_dir = data_dir or profile.dir
     out_dir = out_dir or data_dir
@@ -212,17 +216,17 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         rank_counts = (int((~rhold).sum()), int(rhold.sum()), int(rdf.loc[~rhold, "task"].nunique()),
                        int(rdf.loc[rhold, "task"].nunique()))
 
-    hot_split = None
-    hot_path = data_dir / "compute-hot-mixes.parquet"
-    if hot_mixes:
-        if not hot_path.exists():
-            raise InputError("--hot-mixes", f"no hot mixes at {hot_path}",
-                             "collect them first: shardplan collect hot-mixes")
+    mix_splits, mix_counts = {}, {}
+    for recipe in [r for r, wanted in (("hot", hot_mixes), ("crowded", crowded_mixes)) if wanted]:
+        mix_path = data_dir / f"compute-{recipe}-mixes.parquet"
+        if not mix_path.exists():
+            raise InputError(f"--{recipe}-mixes", f"no {recipe} mixes at {mix_path}",
+                             f"collect them first: shardplan collect {recipe}-mixes")
         # already on the stored plan ranks' host (divided by the neighbours' factor): no divisor
-        hsets, hf, hb, hdf = load_sets(hot_path)
-        hhold = holdout_mask(hdf)
-        hot_split = add_plan_level(hsets, hf, hb, hhold)
-        hot_counts = (int((~hhold).sum()), int(hhold.sum()))
+        msets, mf, mb, mdf = load_sets(mix_path)
+        mhold = holdout_mask(mdf)
+        mix_splits[recipe] = add_plan_level(msets, mf, mb, mhold)
+        mix_counts[recipe] = (int((~mhold).sum()), int(mhold.sum()))
 
     groups = np.full(len(train_sets), -1)
     groups_path = data_dir / "compute-plan-groups.parquet"
@@ -278,8 +282,9 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         splits["holdout, raw labels (machine drift left in)"] = (pick(te), raw_f[te], raw_b[te])
     if rank_split is not None:
         splits["holdout plan ranks (whole ranks of real plans, tasks not trained on)"] = rank_split
-    if hot_split is not None and len(hot_split[0]):
-        splits[HOT_SPLIT] = hot_split
+    for recipe, mix_split in mix_splits.items():
+        if len(mix_split[0]):
+            splits[MIX_SPLITS[recipe]] = mix_split
     large_path = data_dir / "compute-large.parquet"
     if large_path.exists():
         lsets, lf, lb, _ = load_sets(large_path, divisor)
@@ -314,7 +319,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                       + (" + compute-ranks.parquet" if rank_split is not None else "")
                       + (" + compute-plan-groups.parquet" if group_split is not None else "")
                       + (" + compute-decompositions.parquet" if decomp_train is not None else "")
-                      + (" + compute-hot-mixes.parquet" if hot_split is not None else ""),
+                      + "".join(f" + compute-{recipe}-mixes.parquet" for recipe in mix_splits),
         "train_samples": int(len(tr)), "holdout_samples": int(len(te)),
         **({"train_rank_samples": rank_counts[0], "holdout_rank_samples": rank_counts[1],
             "train_rank_tasks": rank_counts[2], "holdout_rank_tasks": rank_counts[3],
@@ -324,7 +329,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         **({"train_group_samples": group_counts[0], "holdout_group_samples": group_counts[1],
             "train_group_tasks": group_counts[2], "holdout_group_tasks": group_counts[3]}
            if group_split is not None else {}),
-        **({"train_hot_mixes": hot_counts[0], "holdout_hot_mixes": hot_counts[1]} if hot_split is not None else {}),
+        **{f"{part}_{recipe}_mixes": n for recipe, counts in mix_counts.items()
+           for part, n in zip(("train", "holdout"), counts)},
         "train_num_shards": [int(df["num_shards"].min()), int(df["num_shards"].max())],
         "data_stamp": {k: sorted(map(str, df[k].unique()))[:3] for k in
                        ("cpu_model", "cpu_cores", "torch", "fbgemm_gpu", "threads", "optimizer")},
@@ -345,7 +351,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                    + ("" if split_batches else " --no-split-batches")
                    + (" --context-totals" if context_totals else "")
                    + (" --decompositions" if decompositions else "")
-                   + (" --hot-mixes" if hot_mixes else "")
+                   + "".join(f" --{recipe}-mixes" for recipe in mix_splits)
                    + (" --long-ranks" if long_ranks else ""),
         "date": _dt.date.today().isoformat(),
     }
