@@ -213,7 +213,7 @@ def _cmd_make_tasks(args: argparse.Namespace) -> int:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from .formats import load_task, save_plan
-    from .report_text import cost_table, plan_table
+    from .report_text import cost_table, measured_note, plan_table
     from .search import DEFAULT_SEARCHER, get_searcher
 
     task = load_task(args.task)
@@ -259,7 +259,7 @@ def _evaluate(plan, args: argparse.Namespace):
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .formats import load_plan, save_plan
-    from .report_text import cost_table
+    from .report_text import cost_table, measured_note
     from .validate import validate_plan
 
     plan = load_plan(args.plan)
@@ -267,6 +267,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     plan = _evaluate(plan, args)
     save_plan(plan, args.out)
     print(cost_table(plan.cost, plan.measured_cost))
+    if plan.measured_cost:
+        print(measured_note(plan.measured_cost))
     print(f"wrote {args.out}")
     return 0
 
@@ -286,7 +288,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     """The main job: plan a task with the default searcher, show the plan, predicted and measured cost."""
     from .cost.profiles import local_profile
     from .formats import load_task, save_plan
-    from .report_text import cost_table, plan_table
+    from .report_text import cost_table, measured_note, plan_table
     from .search import DEFAULT_SEARCHER, get_searcher
 
     if args.profile is None:  # the model file's own profile, else this host's
@@ -301,7 +303,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(plan_table(plan))
     print(cost_table(plan.cost, plan.measured_cost))
     if plan.measured_cost:
-        print(f"compute: {plan.measured_cost.extra['compute']}; comm: {plan.measured_cost.extra['comm_model']}")
+        print(measured_note(plan.measured_cost))
     print(f"wrote {args.out}")
     return 0
 

@@ -1,7 +1,14 @@
 """Plain-text tables of plans and their costs, for the terminal."""
 from __future__ import annotations
 
+import statistics
+
 from .domain import Plan, PlanCost
+
+# Neighbour factors (raw over label) past this, either way, mean the host is far from the state, or not the
+# machine, its profile's labels were taken on: a 2-core AMD EPYC guest of 2026-11-25 shares `cpu-2c`'s CPU name
+# and ran its stored ranks at 2.0-2.4x their labels, its reference at 4.3x (docs/benchmark.md, session 39).
+FAR_FACTOR = 1.5
 
 
 def cost_table(predicted: PlanCost | None, measured: PlanCost | None = None) -> str:
@@ -49,3 +56,22 @@ def plan_table(plan: Plan) -> str:
         out.append(f"  {ts.name:<24} {t.num_embeddings:>9} x {t.embedding_dim:<3} pf {t.pooling_factor:6.2f}  "
                    f"{ts.sharding_type:<14} {where}")
     return "\n".join(out)
+
+
+def measured_note(measured: PlanCost) -> str:
+    """How the measured block was taken, and, when its calibration factors say the host ran the profile's
+    stored ranks far from their labels (beyond :data:`FAR_FACTOR`), a line that says so: the calibrated
+    figures are on the labels' host, not as timed here."""
+    extra = measured.extra
+    lines = [f"compute: {extra['compute']}; comm: {extra['comm_model']}"]
+    factors = [f for f in extra.get("calibration_factor_per_rank") or [] if f]
+    if factors:
+        mid = statistics.median(factors)
+        if not 1 / FAR_FACTOR <= mid <= FAR_FACTOR:
+            slowdown = extra.get("reference_slowdown")
+            ref = f" (the reference at {slowdown:.2f}x quiet)" if slowdown else ""
+            lines.append(f"host: ran the {measured.profile} profile's stored ranks at {min(factors):.2f}-"
+                         f"{max(factors):.2f}x their labels{ref}, far from the host they were taken on; the "
+                         f"measured figures above are put on that host by neighbour calibration (as timed here, a "
+                         f"rank took about {mid:.1f}x its figure)")
+    return "\n".join(lines)

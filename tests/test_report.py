@@ -35,3 +35,24 @@ def test_report_of_an_invalid_plan_exits_2_and_writes_nothing(tmp_path, plan_dic
     out = tmp_path / "report.html"
     assert main(["report", str(tmp_path / "bad.json"), "--model", str(model_path), "-o", str(out)]) == 2
     assert not out.exists()
+
+
+def test_a_measured_block_says_when_the_host_ran_the_labels_far_off() -> None:
+    from shardplan.domain import PlanCost, RankCost
+    from shardplan.report_text import FAR_FACTOR, measured_note
+
+    def block(factors, ref=4.27):
+        ranks = tuple(RankCost(r, 1.0, 2.0, 0.1, 0.1, 0.5) for r in range(len(factors)))
+        return PlanCost("measured", "cpu-2c", ranks, {"compute": "measured: neighbour calibration",
+                                                      "comm_model": "fitted", "reference_slowdown": ref,
+                                                      "calibration_factor_per_rank": factors})
+
+    near = measured_note(block([0.9, 1.1, 1.3, None]))  # a rank with no shards has no factor
+    assert near == "compute: measured: neighbour calibration; comm: fitted"
+    far = measured_note(block([1.99, 2.28, 2.40, 2.13])).splitlines()
+    assert len(far) == 2 and "1.99-2.40x their labels" in far[1] and "4.27x quiet" in far[1]
+    assert "about 2.2x" in far[1]  # the median factor: what a raw figure would have read
+    assert len(measured_note(block([1 / (FAR_FACTOR + 0.1)] * 3)).splitlines()) == 2  # fast hosts too
+    uncalibrated = block([])
+    del uncalibrated.extra["calibration_factor_per_rank"]
+    assert len(measured_note(uncalibrated).splitlines()) == 1  # reference-divided: no factors to read
