@@ -213,7 +213,7 @@ def _cmd_make_tasks(args: argparse.Namespace) -> int:
 
 def _cmd_plan(args: argparse.Namespace) -> int:
     from .formats import load_task, save_plan
-    from .report_text import cost_table, measured_note, plan_table
+    from .report_text import cost_table, plan_table
     from .search import DEFAULT_SEARCHER, get_searcher
 
     task = load_task(args.task)

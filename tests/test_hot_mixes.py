@@ -64,7 +64,8 @@ def test_a_crowded_mix_holds_many_whole_tables_half_large_within_its_budgets():
         names = [s.table for s in specs]
         assert len(set(names)) == len(names) and len({s.batch_size for s in specs}) == 1
         assert all(s.row_offset == 0 and s.rows == s.table_rows for s in specs)  # whole tables
-        assert touched_bytes(specs) <= CROWDED_MAX_TOUCHED and sum(s.rows * s.cols * 4 for s in specs) <= CROWDED_MAX_HELD
+        assert touched_bytes(specs) <= CROWDED_MAX_TOUCHED
+        assert sum(s.rows * s.cols * 4 for s in specs) <= CROWDED_MAX_HELD
         assert len(specs) <= CROWDED_SHARDS[1] and any(s.table_rows >= HOT_MIN_ROWS for s in specs)
         sizes.append(len(specs))
     assert max(sizes) >= 15 and min(sizes) >= 3  # many tables, where the random sets' budgets admit few large ones
