@@ -355,7 +355,31 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
         trained = "trained" if (p.dir / "compute-model.json").exists() else "no compute model"
         tags = [t for t, on in (("default", name == DEFAULT_PROFILE), ("this host", measured_on_this_cpu(p))) if on]
         print(f"{name:<14}{', '.join(tags):<20}{trained:<18}{p.description}")
+    if args.probe:
+        print(_probe_note(here))
     return 0
+
+
+def _probe_note(profile) -> str:
+    """``profiles --probe``: whether this host runs its profile's stored ranks as fast as their labels say.
+    A CPU's name does not tell two machines apart (session 39's AMD EPYC guest ran ``cpu-2c``'s stored ranks
+    at 2-2.7x their labels); timing a few of them does."""
+    from .cost.fitness import probe
+    from .report_text import FAR_FACTOR
+
+    if profile is None:
+        raise InputError("--probe", "this host's CPU has no profile of its own to probe",
+                         "collect one (shardplan collect compute --profile <name>), or leave out --probe")
+    fitness = probe(profile)
+    if fitness is None:
+        return f"probe ({profile.name}): the profile has no stored plan ranks to re-time"
+    raw = fitness.label_ratio * fitness.reference_slowdown  # the probe divides by the reference; undo it
+    line = f"probe ({profile.name}): {fitness.describe()}; undivided, the stored ranks ran {raw:.2f}x their labels"
+    if not 1 / FAR_FACTOR <= raw <= FAR_FACTOR:
+        line += (f"\nthis host does not run like the one {profile.name}'s labels were taken on (beyond "
+                 f"{FAR_FACTOR}x either way, though its CPU has the same name): its predictions are that host's; "
+                 "measure with --calibrate to put timings on that host, or collect a profile of this one")
+    return line
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -533,8 +557,11 @@ def build_parser() -> argparse.ArgumentParser:
     val.set_defaults(func=_cmd_validate)
 
     sub.add_parser("searchers", help="list the searchers").set_defaults(func=_cmd_searchers)
-    sub.add_parser("profiles", help="list the hardware profiles and which one this host is").set_defaults(
-        func=_cmd_profiles)
+    prof = sub.add_parser("profiles", help="list the hardware profiles and which one this host is")
+    prof.add_argument("--probe", action="store_true",
+                      help="also re-time a few of this host's profile's stored plan ranks (about 15 s) and say "
+                           "whether this machine runs them as their labels say")
+    prof.set_defaults(func=_cmd_profiles)
 
     rep = with_profile(sub.add_parser("report", help="self-contained HTML report of one or more plans"))
     rep.add_argument("plans", nargs="+")

@@ -70,3 +70,22 @@ def test_measuring_on_another_cpu_warns_and_says_so_in_the_cost_block(host, plan
     host(AMD)
     cost = measure_plan(load_plan(plan_dict), "cpu-2c")
     assert cost.extra["host_cpu"] == AMD and "foreign_host" not in cost.extra
+
+
+def test_the_probe_tells_a_machine_that_only_shares_the_cpus_name(host, monkeypatch, capsys):
+    from shardplan.cost import fitness
+    from shardplan.cost.fitness import Fitness
+
+    host(AMD)
+    readings = {"cpu-2c": Fitness(0.60, 4.43, 0.65)}  # session 39's AMD guest: ranks 2.7x their labels undivided
+    monkeypatch.setattr(fitness, "probe", lambda profile: readings.get(profile.name))
+    assert main(["profiles", "--probe"]) == 0
+    out = capsys.readouterr().out
+    assert "probe (cpu-2c)" in out and "2.66x their labels" in out and "does not run like the one" in out
+    readings["cpu-2c"] = Fitness(1.02, 1.10, 1.0)  # the labels' own host
+    assert main(["profiles", "--probe"]) == 0
+    out = capsys.readouterr().out
+    assert "1.12x their labels" in out and "does not run like" not in out
+    host("Some Other CPU")  # no profile of its own: nothing to probe, and the flag is named
+    assert main(["profiles", "--probe"]) == 2
+    assert "--probe" in capsys.readouterr().err
