@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .cost.profiles import DEFAULT_PROFILE
+from .cost.profiles import DEFAULT_PROFILE, Profile
 from .errors import InputError, exit_status
 
 COLLECT_POOLS = ("meta_synthetic", "criteo_kaggle", "criteo_terabyte", "mlperf_dlrmv2")
@@ -360,12 +360,12 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     return 0
 
 
-def _probe_note(profile) -> str:
+def _probe_note(profile: Profile | None) -> str:
     """``profiles --probe``: whether this host runs its profile's stored ranks as fast as their labels say.
     A CPU's name does not tell two machines apart (session 39's AMD EPYC guest ran ``cpu-2c``'s stored ranks
     at 2-2.7x their labels); timing a few of them does."""
     from .cost.fitness import probe
-    from .report_text import FAR_FACTOR
+    from .report_text import FAR_FACTOR, far_from_labels
 
     if profile is None:
         raise InputError("--probe", "this host's CPU has no profile of its own to probe",
@@ -375,7 +375,7 @@ def _probe_note(profile) -> str:
         return f"probe ({profile.name}): the profile has no stored plan ranks to re-time"
     raw = fitness.label_ratio * fitness.reference_slowdown  # the probe divides by the reference; undo it
     line = f"probe ({profile.name}): {fitness.describe()}; undivided, the stored ranks ran {raw:.2f}x their labels"
-    if not 1 / FAR_FACTOR <= raw <= FAR_FACTOR:
+    if far_from_labels(raw):
         line += (f"\nthis host does not run like the one {profile.name}'s labels were taken on (beyond "
                  f"{FAR_FACTOR}x either way, though its CPU has the same name): its predictions are that host's; "
                  "measure with --calibrate to put timings on that host, or collect a profile of this one")

@@ -11,6 +11,11 @@ from .domain import Plan, PlanCost
 FAR_FACTOR = 1.5
 
 
+def far_from_labels(ratio: float) -> bool:
+    """Whether stored ranks timed at ``ratio`` times their labels (undivided) say another machine or state."""
+    return not 1 / FAR_FACTOR <= ratio <= FAR_FACTOR
+
+
 def cost_table(predicted: PlanCost | None, measured: PlanCost | None = None) -> str:
     """Per-rank fwd/bwd compute, comm, total and memory; predicted and measured side by side."""
     base = predicted or measured
@@ -60,14 +65,14 @@ def plan_table(plan: Plan) -> str:
 
 def measured_note(measured: PlanCost) -> str:
     """How the measured block was taken, and, when its calibration factors say the host ran the profile's
-    stored ranks far from their labels (beyond :data:`FAR_FACTOR`), a line that says so: the calibrated
+    stored ranks far from their labels (:func:`far_from_labels`), a line that says so: the calibrated
     figures are on the labels' host, not as timed here."""
     extra = measured.extra
     lines = [f"compute: {extra['compute']}; comm: {extra['comm_model']}"]
     factors = [f for f in extra.get("calibration_factor_per_rank") or [] if f]
     if factors:
         mid = statistics.median(factors)
-        if not 1 / FAR_FACTOR <= mid <= FAR_FACTOR:
+        if far_from_labels(mid):
             slowdown = extra.get("reference_slowdown")
             ref = f" (the reference at {slowdown:.2f}x quiet)" if slowdown else ""
             lines.append(f"host: ran the {measured.profile} profile's stored ranks at {min(factors):.2f}-"
