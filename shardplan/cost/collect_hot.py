@@ -41,7 +41,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from ..domain import Table
-from .calibration import calibrated_timing
+from .calibration import calibrated_timing, weight_bytes
 from .collect import COLLECT_DIM_WEIGHTS, COLLECT_DIMS, _stamp, append_rows, spec_columns
 from .features import touched_bytes
 from .profiles import Profile, load1
@@ -130,7 +130,7 @@ def crowded_mix_sample(rng: np.random.Generator, pool: list[Table], profile: Pro
         tables = big if rng.random() < CROWDED_LARGE_SHARE else rest
         t, cols = tables[int(rng.integers(len(tables)))], int(rng.choice(COLLECT_DIMS, p=p))
         spec = _spec(t, cols, batch, profile.max_rows)
-        t_bytes, h_bytes = touched_bytes([spec]), spec.rows * cols * 4
+        t_bytes, h_bytes = touched_bytes([spec]), weight_bytes([spec])
         f = batch * t.pooling_factor * cols
         if (any(s.table == t.name for s in specs) or touched + t_bytes > CROWDED_MAX_TOUCHED
                 or held + h_bytes > CROWDED_MAX_HELD or floats + f > max_floats):
