@@ -15,9 +15,12 @@ levels, and not alike for every set: a file whose errors grow with the rows
 touched was labelled on a host whose memory system was slower (or faster)
 than the one the model learnt its level from. Measured = the files' real
 FBGEMM CPU timings; predicted = ``--model`` (default: the profile's committed
-model). Hot mixes (``compute-hot-mixes.parquet``) are labelled by neighbour
-calibration, already on the stored plan ranks' host: they are not divided and
-are scored at the plan level. A file is split into trained on / held out when
+model). Hot and crowded mixes (``compute-hot-mixes.parquet``,
+``compute-crowded-mixes.parquet``) are labelled by neighbour calibration,
+already on the stored plan ranks' host: they are not divided and are scored at
+the plan level. A last table says, per fifth of measured ms, how many sets
+the set context's bound prices (their context outside the range it took on
+the training sets) and what the error would be without it. A file is split into trained on / held out when
 the model's metadata says it learnt from it, else it is "not trained on".
 Writes ``bench/results/error-map-<name>.md``.
 
@@ -34,6 +37,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+from shardplan.cost.collect_hot import RECIPES
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.features import touched_bytes
 from shardplan.cost.model import NeuralCostModel
@@ -42,6 +46,7 @@ from shardplan.cost.train import holdout_mask, load_sets
 from shardplan.errors import InputError, exit_status
 from provenance import provenance, write_report  # a sibling: bench/ is on sys.path when run
 
+CALIBRATED_SOURCES = {source for _, _, source in RECIPES.values()}  # neighbour-calibrated mixes: not divided
 TOUCHED_MB_EDGES = (0, 1, 4, 8, 16, 32, 64, np.inf)
 MS_EDGES = (0, 2, 4, 8, 16, 32, np.inf)
 
@@ -57,17 +62,21 @@ def error_rows(path: Path, model: NeuralCostModel, nominal: float) -> pd.DataFra
     fwd+bwd ms and signed log error."""
     sources = pd.read_parquet(path, columns=["source"])["source"] if "source" in pq.read_schema(path).names \
         else pd.Series(dtype=str)
-    plan_ranks, calibrated = (sources == "plan-rank").any(), (sources == "hot-mix").any()
+    plan_ranks, calibrated = (sources == "plan-rank").any(), sources.isin(CALIBRATED_SOURCES).any()
     sets, fwd, bwd, meta = load_sets(path, None if calibrated else nominal,
                                      source="plan-rank" if plan_ranks else None)
-    pred_f, pred_b = model.predict(sets, random_level=not (plan_ranks or calibrated))
+    random_level = not (plan_ranks or calibrated)
+    pred_f, pred_b = model.predict(sets, random_level=random_level)
+    free_f, free_b = model.predict(sets, random_level=random_level, bounded=False)
     measured, predicted = fwd + bwd, pred_f + pred_b
     split = np.where(holdout_mask(meta), "held out", "trained on") if path.name in trained_files(model) \
         else "not trained on"
     return pd.DataFrame({"file": path.name, "split": split,
                          "shards": [len(s) for s in sets], "touched_mb": [touched_bytes(s) / 2**20 for s in sets],
                          "measured_ms": measured, "predicted_ms": predicted,
-                         "log_error": np.log(predicted / measured)})
+                         "log_error": np.log(predicted / measured),
+                         "on_bound": model.on_bound(sets).any(axis=1),
+                         "log_error_unbounded": np.log((free_f + free_b) / measured)})
 
 
 def median_error(log_error: pd.Series) -> str:
@@ -81,6 +90,17 @@ def binned(rows: pd.DataFrame, column: str, edges: tuple[float, ...]) -> pd.Data
     cell = lambda e: f"{median_error(e)} ({len(e)})"  # noqa: E731
     table = rows.groupby(["file", bins], observed=True).log_error.agg(cell).unstack(column)
     return table.fillna("")
+
+
+def on_bound_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per file and fifth of measured ms: how many sets have their context on ``context_range`` (the
+    bound, not the network, prices them), and the median signed error with and without the bound."""
+    fifth = rows.groupby("file").measured_ms.transform(lambda ms: pd.qcut(ms, 5, labels=False, duplicates="drop"))
+    table = rows.assign(fifth=fifth + 1).groupby(["file", "fifth"]).agg(
+        sets=("log_error", "count"), median_ms=("measured_ms", lambda ms: f"{np.median(ms):.1f}"),
+        on_bound=("on_bound", "sum"), error=("log_error", median_error),
+        unbounded=("log_error_unbounded", median_error))
+    return table.reset_index()
 
 
 def main() -> None:
@@ -118,7 +138,11 @@ def main() -> None:
           "(negative: the model is under the label) and, in brackets, how many sets.", "",
           "## Per file and split", "", overall.reset_index().to_markdown(index=False), "",
           "## By MB of rows touched a batch", "", binned(rows, "touched_mb", TOUCHED_MB_EDGES).to_markdown(), "",
-          "## By measured ms", "", binned(rows, "measured_ms", MS_EDGES).to_markdown(), ""]
+          "## By measured ms", "", binned(rows, "measured_ms", MS_EDGES).to_markdown(), "",
+          "## The set context on its bounds, by fifth of measured ms", "",
+          "Sets whose context (the factor of either head, of any of their ops) lies outside the range it took "
+          "on the training sets are priced at the bound; `unbounded` is the median error the network alone "
+          "would make there.", "", on_bound_table(rows).to_markdown(index=False), ""]
     write_report(args.out, f"error-map-{args.name}", md)
 
 

@@ -171,7 +171,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                             out_dir=args.out, random_level=args.random_level, split_batches=args.split_batches,
                             context_totals=args.context_totals, decompositions=args.decompositions,
                             hot_mixes=args.hot_mixes, long_ranks=args.long_ranks,
-                            crowded_mixes=args.crowded_mixes)
+                            crowded_mixes=args.crowded_mixes, context_code=args.context_code)
     print(report_markdown(meta))
     return 0
 
@@ -623,6 +623,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--context-totals", action=argparse.BooleanOptionalAction, default=False,
                        help="let the set context read the rank's totals (floats looked up and updated, bytes "
                             "held) besides its mean shard; a candidate, not the committed model's recipe")
+    train.add_argument("--context-code", action=argparse.BooleanOptionalAction, default=True,
+                       help="let the set context read the mean shard code (default); --no-context-code, with "
+                            "--context-totals, leaves it the totals and the shard count alone (a candidate)")
     train.add_argument("--decompositions", action=argparse.BooleanOptionalAction, default=False,
                        help="also learn compute-decompositions.parquet's ratios of sets over their shards alone "
                             "(shardplan collect decompositions); a candidate, not the committed model's recipe")

@@ -125,11 +125,11 @@ def test_baselines_fit_predict():
         assert metrics(pf, pb, fwd, bwd)["fwd+bwd"]["spearman"] > 0.8
 
 
-@pytest.mark.parametrize("context_totals", [False, True])
-def test_incremental_sums_match_whole_set_prediction(context_totals, tmp_path):
+@pytest.mark.parametrize("context_totals,context_code", [(False, True), (True, True), (True, False)])
+def test_incremental_sums_match_whole_set_prediction(context_totals, context_code, tmp_path):
     sets, fwd, bwd = _synthetic(200)
-    model = NeuralCostModel(profile="cpu-2c", epochs=5, hidden=16, code=8,
-                            context_totals=context_totals).fit(sets, fwd, bwd, progress=False)
+    model = NeuralCostModel(profile="cpu-2c", epochs=5, hidden=16, code=8, context_totals=context_totals,
+                            context_code=context_code).fit(sets, fwd, bwd, progress=False)
     specs = sets[0] + sets[1]
     codes, times = model.encode_shards(specs)
     assert codes.shape == (len(specs), model.code_width) and model.code_width == 8 + 3 * context_totals
@@ -145,8 +145,10 @@ def test_incremental_sums_match_whole_set_prediction(context_totals, tmp_path):
         assert model.combine(emptied, np.zeros((1, 2)), np.array([0])).tolist() == [[0.0, 0.0]]
     model.save(tmp_path / "m.json")
     loaded = NeuralCostModel.load(tmp_path / "m.json")
-    assert loaded.context_totals == context_totals
+    assert (loaded.context_totals, loaded.context_code) == (context_totals, context_code)
     assert np.allclose(loaded.predict([specs])[0], f, rtol=1e-5)
+    with pytest.raises(InputError, match="context_code"):  # a context left the shard count alone
+        NeuralCostModel(profile="cpu-2c", context_code=False)
 
 
 def test_context_is_held_within_the_range_it_took_on_the_training_sets(tmp_path):
@@ -175,6 +177,13 @@ def test_context_is_held_within_the_range_it_took_on_the_training_sets(tmp_path)
     expected = np.exp(np.logaddexp(np.log(time_sum + 1e-9) + held[:2], held[2:]))
     f, b = model.predict([big])
     assert [f[0], b[0]] == pytest.approx(expected, rel=1e-4)
+    unbounded = np.exp(np.logaddexp(np.log(time_sum + 1e-9) + ctx[:2], ctx[2:]))
+    assert [x[0] for x in model.predict([big], bounded=False)] == pytest.approx(unbounded, rel=1e-4)
+    assert model.predict([big])[0][0] == f[0]  # the diagnostic leaves the bound in place
+    # which sets the bound prices: a factor (fwd, bwd) outside the range, not the overhead
+    inside = int(np.flatnonzero(((train_ctx >= lo) & (train_ctx <= hi)).all(axis=1))[0])
+    assert model.on_bound([big, sets[inside], []]).tolist() == [list((ctx[:2] < lo[:2]) | (ctx[:2] > hi[:2])),
+                                                                [False, False], [False, False]]
     codes, times = model.encode_shards(big)  # the searchers' incremental path holds it alike
     assert model.combine(codes.sum(0, keepdims=True), times.sum(0, keepdims=True), np.array([64]))[0] \
         == pytest.approx(expected, rel=1e-4)
@@ -186,7 +195,6 @@ def test_context_is_held_within_the_range_it_took_on_the_training_sets(tmp_path)
     (tmp_path / "old.json").write_text(json.dumps(state))
     old = NeuralCostModel.load(tmp_path / "old.json")
     assert old.context_range is None
-    unbounded = np.exp(np.logaddexp(np.log(time_sum + 1e-9) + ctx[:2], ctx[2:]))
     assert old.predict([big])[0][0] == pytest.approx(unbounded[0], rel=1e-4)
 
 

@@ -25,3 +25,21 @@ def test_a_file_is_split_only_where_the_model_learnt_from_it(load_script) -> Non
     assert em.trained_files(Model()) == {"compute.parquet", "compute-ranks.parquet", "compute-hot-mixes.parquet"}
     Model.metadata = {}
     assert em.trained_files(Model()) == set()
+
+
+def test_on_bound_table_counts_bound_sets_and_both_errors_per_fifth(load_script) -> None:
+    em = load_script("bench/error_map.py")
+    ms = np.arange(1.0, 11.0)  # ten sets: two a fifth
+    rows = pd.DataFrame({"file": "a", "measured_ms": ms, "log_error": np.log(np.full(10, 1.10)),
+                         "on_bound": [False] * 8 + [True, True],
+                         "log_error_unbounded": np.log([1.10] * 8 + [1.50, 1.50])})
+    t = em.on_bound_table(rows)
+    assert t["fifth"].tolist() == [1, 2, 3, 4, 5] and t["sets"].tolist() == [2] * 5
+    top = t.iloc[-1]
+    assert (top.on_bound, top.error, top.unbounded, top.median_ms) == (2, "+10.0%", "+50.0%", "9.5")
+    assert t.iloc[0].on_bound == 0 and t.iloc[0].unbounded == "+10.0%"
+
+
+def test_calibrated_mixes_are_not_divided(load_script) -> None:
+    em = load_script("bench/error_map.py")
+    assert em.CALIBRATED_SOURCES == {"hot-mix", "crowded-mix"}

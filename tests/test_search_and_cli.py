@@ -104,6 +104,11 @@ def test_cli_unknown_searcher_and_profile(tmp_path, task_dict, capsys):
     assert "unknown hardware profile" in capsys.readouterr().err
 
 
+def test_cli_train_refuses_a_context_of_the_shard_count_alone_before_reading_data(tmp_path, capsys):
+    assert main(["train", "--profile", "cpu-2c", "--no-context-code", "--out", str(tmp_path / "m")]) == 2
+    assert "--no-context-code" in capsys.readouterr().err and not (tmp_path / "m").exists()
+
+
 @pytest.mark.parametrize("name", ["greedy-cost", "greedy-size", "greedy-dim", "greedy-lookup",
                                   "greedy-size-lookup", "random", "round-robin", "torchrec"])
 def test_every_searcher_gives_a_valid_plan(name, task_dict, estimator):

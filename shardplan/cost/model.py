@@ -59,9 +59,10 @@ class _SetNet(nn.Module):
     """
 
     def __init__(self, n_features: int, hidden: int, code: int,
-                 totals: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+                 totals: tuple[np.ndarray, np.ndarray] | None = None, context_code: bool = True) -> None:
         super().__init__()
         self.code = code
+        self.context_code = context_code
         self.encoder = nn.Sequential(
             nn.Linear(n_features, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(),
             nn.Linear(hidden, code))
@@ -74,7 +75,8 @@ class _SetNet(nn.Module):
             self.register_buffer("total_mean", torch.as_tensor(np.asarray(totals[0])[idx], dtype=torch.float32))
             self.register_buffer("total_std", torch.as_tensor(np.asarray(totals[1])[idx], dtype=torch.float32))
             self.total_index = idx
-        self.context = nn.Sequential(nn.Linear(code + 1 + self.n_totals, hidden), nn.SiLU(), nn.Linear(hidden, 4))
+        n_context = (code if context_code else 0) + 1 + self.n_totals
+        self.context = nn.Sequential(nn.Linear(n_context, hidden), nn.SiLU(), nn.Linear(hidden, 4))
         # The context's outputs (log factor, log overhead; fwd, bwd) are held within the range they took on
         # the training sets, once fitted (NeuralCostModel._bound_context); None while training.
         self.context_bounds: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -89,9 +91,9 @@ class _SetNet(nn.Module):
         return codes, times
 
     def context_input(self, code_sum: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-        """What the context reads: the mean learnt code, log2 of the shard count and, with totals,
-        the set's totals on a log2 scale (``TOTALS_CENTRE``, ``TOTALS_SCALE``)."""
-        parts = [code_sum[:, :self.code] / count, torch.log2(count)]
+        """What the context reads: the mean learnt code (unless ``context_code`` is off), log2 of the
+        shard count and, with totals, the set's totals on a log2 scale (``TOTALS_CENTRE``, ``TOTALS_SCALE``)."""
+        parts = ([code_sum[:, :self.code] / count] if self.context_code else []) + [torch.log2(count)]
         if self.n_totals:
             parts.append((torch.log2(1.0 + code_sum[:, self.code:]) - TOTALS_CENTRE) / TOTALS_SCALE)
         return torch.cat(parts, dim=1)
@@ -177,7 +179,7 @@ class NeuralCostModel:
                  batch_size: int = 256, lr: float = 2e-3, weight_decay: float = 1e-5,
                  seed: int = 0, monotone_weight: float = 10.0, group_weight: float = 1.0,
                  group_tilt: bool = True, random_level: bool = False, split_batches: bool = True,
-                 context_totals: bool = False, decomp_weight: float = 1.0) -> None:
+                 context_totals: bool = False, decomp_weight: float = 1.0, context_code: bool = True) -> None:
         for name, v in (("hidden", hidden), ("code", code), ("epochs", epochs), ("batch_size", batch_size)):
             if not isinstance(v, int) or v <= 0:
                 raise InputError(name, f"must be a positive integer, got {v!r}")
@@ -187,6 +189,9 @@ class NeuralCostModel:
                         ("decomp_weight", decomp_weight)):
             if w < 0:
                 raise InputError(name, f"must be >= 0, got {w!r}")
+        if not context_code and not context_totals:
+            raise InputError("context_code", "a context without the mean code reads only the shard count",
+                             "turn context_totals on, or keep context_code")
         self.profile = profile
         self.hidden, self.code, self.epochs = hidden, code, epochs
         self.batch_size, self.lr, self.weight_decay, self.seed = batch_size, lr, weight_decay, seed
@@ -195,6 +200,7 @@ class NeuralCostModel:
         self.random_level = random_level
         self.split_batches = split_batches
         self.context_totals = context_totals
+        self.context_code = context_code
         self.net: _SetNet | None = None
         # log ms (fwd, bwd) that random shard sets sit above the level predicted (a planner's ranks)
         self.random_offset = np.zeros(2, dtype=np.float32)
@@ -259,7 +265,10 @@ class NeuralCostModel:
         another through the cache by how much they touch together, which the mean of eight large
         shards does not tell from one. A candidate (2026-11-24, the profile's
         ``candidates/context-totals/``), not the committed recipe: ``docs/cost-model.md``, "Totals in
-        the set context".
+        the set context". With ``context_code`` off as well, the context reads the totals and the shard
+        count only, not the mean shard code: how much the shards slow one another is then a function of
+        what they touch together, which a set larger than any trained on still has in range, where a mean
+        code beside an unseen count lets the factor climb without end (a candidate, session 40).
 
         Once fitted, the set context's outputs (the log fusion factor and log overhead of each head)
         are held within the range they took on the training sets, less the outermost
@@ -415,7 +424,7 @@ class NeuralCostModel:
 
     def _new_net(self) -> _SetNet:
         return _SetNet(len(FEATURE_NAMES), self.hidden, self.code,
-                       (self.mean, self.std) if self.context_totals else None)
+                       (self.mean, self.std) if self.context_totals else None, self.context_code)
 
     @property
     def code_width(self) -> int:
@@ -454,9 +463,12 @@ class NeuralCostModel:
         return err.square().sum() / (err.shape[1] * self.batch_size)
 
     # ---- inference --------------------------------------------------------------------------
-    def predict(self, sets: list[list[ShardSpec]], random_level: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def predict(self, sets: list[list[ShardSpec]], random_level: bool = False,
+                bounded: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Forward and backward ms for each shard set (0 for an empty set); with ``random_level``, at
-        the level learnt for the random collector's sets (see :meth:`fit`) instead of plan ranks'."""
+        the level learnt for the random collector's sets (see :meth:`fit`) instead of plan ranks'.
+        ``bounded=False`` lets the set context leave ``context_range`` (a diagnostic: what the
+        network alone says of a set unlike the training sets)."""
         if self.net is None:
             raise RuntimeError("the model is not fitted; call fit() or load()")
         out_f = np.zeros(len(sets))
@@ -466,14 +478,39 @@ class NeuralCostModel:
             return out_f, out_b
         sets = [sets[i] for i in nonempty]
         x, mask, owner = self.network_inputs(sets)
-        with torch.no_grad():
-            y = self.net(torch.from_numpy(x), torch.from_numpy(mask)).numpy()
+        bounds = self.net.context_bounds
+        if not bounded:
+            self.net.context_bounds = None
+        try:
+            with torch.no_grad():
+                y = self.net(torch.from_numpy(x), torch.from_numpy(mask)).numpy()
+        finally:
+            self.net.context_bounds = bounds
         ms = np.zeros((len(sets), 2))
         np.add.at(ms, owner, np.exp(y))
         ms *= np.exp(self.random_offset if random_level else 0.0)
         out_f[nonempty] = ms[:, 0]
         out_b[nonempty] = ms[:, 1]
         return out_f, out_b
+
+    def on_bound(self, sets: list[list[ShardSpec]]) -> np.ndarray:
+        """``[N, 2]`` bools: whether the set context's factor (fwd, bwd) of any of each set's ops lies
+        outside ``context_range``, so that the bound, not the network, sets its price there."""
+        if self.net is None:
+            raise RuntimeError("the model is not fitted; call fit() or load()")
+        out = np.zeros((len(sets), 2), bool)
+        nonempty = [i for i, s in enumerate(sets) if s]
+        if not nonempty or self.context_range is None:
+            return out
+        x, mask, owner = self.network_inputs([sets[i] for i in nonempty])
+        with torch.no_grad():
+            code_sum, _, count = self.net.pooled(torch.from_numpy(x), torch.from_numpy(mask))
+            factor = self.net.raw_context(code_sum, count).numpy()[:, :2]
+        outside = (factor < self.context_range[0, :2]) | (factor > self.context_range[1, :2])
+        hit = np.zeros((len(nonempty), 2), bool)
+        np.logical_or.at(hit, owner, outside)
+        out[nonempty] = hit
+        return out
 
     # ---- incremental use (search) -----------------------------------------------------------
     def encode_shards(self, specs: list[ShardSpec]) -> tuple[np.ndarray, np.ndarray]:
@@ -505,7 +542,7 @@ class NeuralCostModel:
         count = np.asarray(count, dtype=np.float32).reshape(-1, 1)
         n = np.maximum(count, 1.0)
         code_sum = np.asarray(code_sum, np.float32)
-        parts = [code_sum[:, :self.code] / n, np.log2(n)]
+        parts = ([code_sum[:, :self.code] / n] if self.context_code else []) + [np.log2(n)]
         if self.context_totals:
             # A searcher's sums add and subtract shards' raw amounts in float32: a rank it empties can
             # keep a small negative remainder (-32 bytes seen), which must not reach the log.
@@ -542,7 +579,7 @@ class NeuralCostModel:
                       "monotone_weight": self.monotone_weight, "group_weight": self.group_weight,
                       "group_tilt": self.group_tilt, "random_level": self.random_level,
                       "split_batches": self.split_batches, "context_totals": self.context_totals,
-                      "decomp_weight": self.decomp_weight},
+                      "decomp_weight": self.decomp_weight, "context_code": self.context_code},
             "mean": self.mean.tolist(), "std": self.std.tolist(), "random_offset": self.random_offset.tolist(),
             "context_range": None if self.context_range is None else self.context_range.tolist(),
             "state_dict": {k: v.tolist() for k, v in self.net.state_dict().items()},

@@ -167,18 +167,22 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                      random_level: bool = True, split_batches: bool = True,
                      context_totals: bool = False, decompositions: bool = False,
                      hot_mixes: bool = False, long_ranks: bool = False,
-                     crowded_mixes: bool = False) -> dict[str, Any]:
+                     crowded_mixes: bool = False, context_code: bool = True) -> dict[str, Any]:
     """Train on ``data_dir`` (default: the profile's folder), write model and report to ``out_dir``.
     ``random_level``: the random sets' level is learnt apart from plan ranks' (``NeuralCostModel.fit``);
     it needs plan ranks (``compute-ranks.parquet``) and is not used without them. ``split_batches``: a
     rank's shards of each batch size are priced as an op of their own (``NeuralCostModel.fit``).
-    ``context_totals``: the set context also reads the rank's totals (a candidate; ``NeuralCostModel.fit``).
+    ``context_totals``: the set context also reads the rank's totals (a candidate; ``NeuralCostModel.fit``);
+    with ``context_code`` off, the totals and shard count only, not the mean shard code (a candidate).
     ``decompositions``: also learn ``compute-decompositions.parquet``'s ratios of sets over their shards alone
     (a candidate; ``NeuralCostModel.fit``), held out by source row and scored as ratios. ``hot_mixes``: also
     learn ``compute-hot-mixes.parquet`` (:mod:`collect_hot`), neighbour-calibrated sets at plan ranks' level,
     each counted as a plan rank; held out by the random split (a candidate); ``crowded_mixes`` the same of
     ``compute-crowded-mixes.parquet``. ``long_ranks``: plan ranks count
     more the longer they are (:func:`rank_weights`; a candidate)."""
+    if not context_code and not context_totals:  # at the door, before any data is read
+        raise InputError("--no-context-code", "a context without the mean code would read only the shard count",
+                         "add --context-totals, or keep the mean code")
     data_dir = data_dir or profile.dir
     out_dir = out_dir or data_dir
     nominal = reference_nominal(pd.read_parquet(data_dir / "compute.parquet", columns=["ref_before_ms", "ref_after_ms"]))
@@ -261,7 +265,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         # grouped ranks are the same population as the plan ranks, and weigh as much
         "neural": NeuralCostModel(profile=profile.name, epochs=epochs, seed=seed, group_weight=RANK_SAMPLE_WEIGHT,
                                   random_level=random_level, split_batches=split_batches,
-                                  context_totals=context_totals, decomp_weight=DECOMP_WEIGHT),
+                                  context_totals=context_totals, decomp_weight=DECOMP_WEIGHT,
+                                  context_code=context_code),
         "roofline (TorchRec form)": RooflineCostModel(),
         "gbm (hand features)": GBMCostModel(seed=seed),
     }
@@ -350,6 +355,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                    + ("" if random_level else " --no-random-level")
                    + ("" if split_batches else " --no-split-batches")
                    + (" --context-totals" if context_totals else "")
+                   + ("" if context_code else " --no-context-code")
                    + (" --decompositions" if decompositions else "")
                    + "".join(f" --{recipe}-mixes" for recipe in mix_splits)
                    + (" --long-ranks" if long_ranks else ""),
