@@ -623,9 +623,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--context-totals", action=argparse.BooleanOptionalAction, default=False,
                        help="let the set context read the rank's totals (floats looked up and updated, bytes "
                             "held) besides its mean shard; a candidate, not the committed model's recipe")
-    train.add_argument("--context-code", action=argparse.BooleanOptionalAction, default=True,
-                       help="let the set context read the mean shard code (default); --no-context-code, with "
-                            "--context-totals, leaves it the totals and the shard count alone (a candidate)")
+    # shardplan.cost.model.CONTEXT_CODE_MODES, spelt out: that module loads torch, too slow for --help
+    train.add_argument("--context-code", choices=("free", "none", "banded"), default="free",
+                       help="how the set context reads the mean shard code: free (default), none (with "
+                            "--context-totals: the totals and shard count alone), banded (a second network of it "
+                            "moves the log factors at most CODE_BAND either way); the last two candidates")
     train.add_argument("--decompositions", action=argparse.BooleanOptionalAction, default=False,
                        help="also learn compute-decompositions.parquet's ratios of sets over their shards alone "
                             "(shardplan collect decompositions); a candidate, not the committed model's recipe")

@@ -125,7 +125,8 @@ def test_baselines_fit_predict():
         assert metrics(pf, pb, fwd, bwd)["fwd+bwd"]["spearman"] > 0.8
 
 
-@pytest.mark.parametrize("context_totals,context_code", [(False, True), (True, True), (True, False)])
+@pytest.mark.parametrize("context_totals,context_code", [(False, "free"), (True, "free"), (True, "none"),
+                                                         (True, "banded")])
 def test_incremental_sums_match_whole_set_prediction(context_totals, context_code, tmp_path):
     sets, fwd, bwd = _synthetic(200)
     model = NeuralCostModel(profile="cpu-2c", epochs=5, hidden=16, code=8, context_totals=context_totals,
@@ -148,7 +149,9 @@ def test_incremental_sums_match_whole_set_prediction(context_totals, context_cod
     assert (loaded.context_totals, loaded.context_code) == (context_totals, context_code)
     assert np.allclose(loaded.predict([specs])[0], f, rtol=1e-5)
     with pytest.raises(InputError, match="context_code"):  # a context left the shard count alone
-        NeuralCostModel(profile="cpu-2c", context_code=False)
+        NeuralCostModel(profile="cpu-2c", context_code="none")
+    with pytest.raises(InputError, match="context_code"):
+        NeuralCostModel(profile="cpu-2c", context_totals=True, context_code="loose")
 
 
 def test_context_is_held_within_the_range_it_took_on_the_training_sets(tmp_path):

@@ -4,7 +4,7 @@ import json
 import pandas as pd
 import pytest
 
-from shardplan.cli import main
+from shardplan.cli import build_parser, main
 from shardplan.cost.estimator import PlanEstimator, comm_model_for
 from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile
@@ -105,8 +105,13 @@ def test_cli_unknown_searcher_and_profile(tmp_path, task_dict, capsys):
 
 
 def test_cli_train_refuses_a_context_of_the_shard_count_alone_before_reading_data(tmp_path, capsys):
-    assert main(["train", "--profile", "cpu-2c", "--no-context-code", "--out", str(tmp_path / "m")]) == 2
-    assert "--no-context-code" in capsys.readouterr().err and not (tmp_path / "m").exists()
+    from shardplan.cost.model import CONTEXT_CODE_MODES
+
+    for mode in ("none", "banded"):
+        assert main(["train", "--profile", "cpu-2c", "--context-code", mode, "--out", str(tmp_path / "m")]) == 2
+        assert "--context-code" in capsys.readouterr().err and not (tmp_path / "m").exists()
+    for mode in CONTEXT_CODE_MODES:  # the CLI spells the modes out; it must offer every one
+        assert build_parser().parse_args(["train", "--context-code", mode]).context_code == mode
 
 
 @pytest.mark.parametrize("name", ["greedy-cost", "greedy-size", "greedy-dim", "greedy-lookup",

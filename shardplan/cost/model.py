@@ -40,6 +40,11 @@ MODEL_FORMAT = "shardplan/compute-model@1"
 # context reads (log2(1 + total) - TOTALS_CENTRE) / TOTALS_SCALE: about -1 to 2 for this project's sets.
 TOTAL_FEATURES = ("log_lookup_floats", "log_update_floats", "log_weight_bytes")
 TOTALS_CENTRE, TOTALS_SCALE = 20.0, 8.0
+# How the set context reads the mean shard code: "free" (an input like the rest), "none" (not at all: the
+# count and totals alone), "banded" (a second network of the code adds to the log factors at most
+# CODE_BAND either way, and to the overheads freely): see NeuralCostModel.fit.
+CONTEXT_CODE_MODES = ("free", "none", "banded")
+CODE_BAND = 0.5
 OFFSET_LR_SCALE = 20.0  # the random sets' level offset learns this many times faster than the weights
 # The set context is held within the range it took on the training sets, less this share of them at
 # each end: the extremes are a handful of sets, and one outlier would license the extrapolation the
@@ -59,7 +64,7 @@ class _SetNet(nn.Module):
     """
 
     def __init__(self, n_features: int, hidden: int, code: int,
-                 totals: tuple[np.ndarray, np.ndarray] | None = None, context_code: bool = True) -> None:
+                 totals: tuple[np.ndarray, np.ndarray] | None = None, context_code: str = "free") -> None:
         super().__init__()
         self.code = code
         self.context_code = context_code
@@ -75,8 +80,11 @@ class _SetNet(nn.Module):
             self.register_buffer("total_mean", torch.as_tensor(np.asarray(totals[0])[idx], dtype=torch.float32))
             self.register_buffer("total_std", torch.as_tensor(np.asarray(totals[1])[idx], dtype=torch.float32))
             self.total_index = idx
-        n_context = (code if context_code else 0) + 1 + self.n_totals
+        n_context = (code if context_code == "free" else 0) + 1 + self.n_totals
         self.context = nn.Sequential(nn.Linear(n_context, hidden), nn.SiLU(), nn.Linear(hidden, 4))
+        if context_code == "banded":
+            self.code_context = nn.Sequential(nn.Linear(code + 1 + self.n_totals, hidden), nn.SiLU(),
+                                              nn.Linear(hidden, 4))
         # The context's outputs (log factor, log overhead; fwd, bwd) are held within the range they took on
         # the training sets, once fitted (NeuralCostModel._bound_context); None while training.
         self.context_bounds: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -91,9 +99,10 @@ class _SetNet(nn.Module):
         return codes, times
 
     def context_input(self, code_sum: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-        """What the context reads: the mean learnt code (unless ``context_code`` is off), log2 of the
-        shard count and, with totals, the set's totals on a log2 scale (``TOTALS_CENTRE``, ``TOTALS_SCALE``)."""
-        parts = ([code_sum[:, :self.code] / count] if self.context_code else []) + [torch.log2(count)]
+        """What the context can read: the mean learnt code, log2 of the shard count and, with totals, the
+        set's totals on a log2 scale (``TOTALS_CENTRE``, ``TOTALS_SCALE``); ``context_code`` says which
+        parts its networks take (:meth:`raw_context`)."""
+        parts = [code_sum[:, :self.code] / count, torch.log2(count)]
         if self.n_totals:
             parts.append((torch.log2(1.0 + code_sum[:, self.code:]) - TOTALS_CENTRE) / TOTALS_SCALE)
         return torch.cat(parts, dim=1)
@@ -106,7 +115,14 @@ class _SetNet(nn.Module):
 
     def raw_context(self, code_sum: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
         """The context's outputs ``[N, 4]`` (log factor fwd, bwd; log overhead fwd, bwd), unbounded."""
-        return self.context(self.context_input(code_sum, count.clamp(min=1.0)))
+        inputs = self.context_input(code_sum, count.clamp(min=1.0))
+        if self.context_code == "free":
+            return self.context(inputs)
+        out = self.context(inputs[:, self.code:])
+        if self.context_code == "banded":
+            z = self.code_context(inputs)
+            out = out + torch.cat([CODE_BAND * torch.tanh(z[:, :2]), z[:, 2:]], dim=1)
+        return out
 
     def combine(self, code_sum: torch.Tensor, time_sum: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
         """Log ms ``[N, 2]`` of sets given their summed codes, summed shard times and sizes ``[N, 1]``."""
@@ -119,6 +135,13 @@ class _SetNet(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Log ms ``[N, 2]`` (fwd, bwd) for padded sets ``x [N, S, F]`` with ``mask [N, S]``."""
         return self.combine(*self.pooled(x, mask))
+
+
+def _mlp(x: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """The context's two-layer network (linear, SiLU, linear) in NumPy."""
+    (w1, b1), (w2, b2) = layers
+    h = x @ w1 + b1
+    return (h / (1.0 + np.exp(-h))) @ w2 + b2
 
 
 def batch_parts(sets: list[list[ShardSpec]]) -> tuple[list[list[ShardSpec]], np.ndarray]:
@@ -179,7 +202,7 @@ class NeuralCostModel:
                  batch_size: int = 256, lr: float = 2e-3, weight_decay: float = 1e-5,
                  seed: int = 0, monotone_weight: float = 10.0, group_weight: float = 1.0,
                  group_tilt: bool = True, random_level: bool = False, split_batches: bool = True,
-                 context_totals: bool = False, decomp_weight: float = 1.0, context_code: bool = True) -> None:
+                 context_totals: bool = False, decomp_weight: float = 1.0, context_code: str = "free") -> None:
         for name, v in (("hidden", hidden), ("code", code), ("epochs", epochs), ("batch_size", batch_size)):
             if not isinstance(v, int) or v <= 0:
                 raise InputError(name, f"must be a positive integer, got {v!r}")
@@ -189,9 +212,12 @@ class NeuralCostModel:
                         ("decomp_weight", decomp_weight)):
             if w < 0:
                 raise InputError(name, f"must be >= 0, got {w!r}")
-        if not context_code and not context_totals:
-            raise InputError("context_code", "a context without the mean code reads only the shard count",
-                             "turn context_totals on, or keep context_code")
+        if context_code not in CONTEXT_CODE_MODES:
+            raise InputError("context_code", f"must be one of {', '.join(CONTEXT_CODE_MODES)}, got {context_code!r}",
+                             "pick one of them")
+        if context_code != "free" and not context_totals:
+            raise InputError("context_code", f"a context of {context_code!r} code reads little but the shard count",
+                             "turn context_totals on, or keep context_code 'free'")
         self.profile = profile
         self.hidden, self.code, self.epochs = hidden, code, epochs
         self.batch_size, self.lr, self.weight_decay, self.seed = batch_size, lr, weight_decay, seed
@@ -265,10 +291,12 @@ class NeuralCostModel:
         another through the cache by how much they touch together, which the mean of eight large
         shards does not tell from one. A candidate (2026-11-24, the profile's
         ``candidates/context-totals/``), not the committed recipe: ``docs/cost-model.md``, "Totals in
-        the set context". With ``context_code`` off as well, the context reads the totals and the shard
-        count only, not the mean shard code: how much the shards slow one another is then a function of
-        what they touch together, which a set larger than any trained on still has in range, where a mean
-        code beside an unseen count lets the factor climb without end (a candidate, session 40).
+        the set context". ``context_code`` "none" (with totals) leaves the context the totals and the shard
+        count, not the mean shard code: how much the shards slow one another is then a function of what
+        they touch together, and a set larger than any trained on cannot take the factor past where the
+        totals lead (a mean code beside an unseen count lets it climb until the bound stops it); "banded"
+        adds a second network of the mean code whose share of the log factors is held within
+        ``CODE_BAND`` either way. Candidates (session 40): ``docs/cost-model.md``, "The set context's bound".
 
         Once fitted, the set context's outputs (the log fusion factor and log overhead of each head)
         are held within the range they took on the training sets, less the outermost
@@ -538,32 +566,37 @@ class NeuralCostModel:
         tens of thousands of times on a handful of rows, where torch's per-call
         overhead (about 0.1 ms) is most of the cost.
         """
-        (w1, b1), (w2, b2) = self._context_weights()
+        context, code_context = self._context_weights()
         count = np.asarray(count, dtype=np.float32).reshape(-1, 1)
         n = np.maximum(count, 1.0)
         code_sum = np.asarray(code_sum, np.float32)
-        parts = ([code_sum[:, :self.code] / n] if self.context_code else []) + [np.log2(n)]
+        parts = [code_sum[:, :self.code] / n, np.log2(n)]
         if self.context_totals:
             # A searcher's sums add and subtract shards' raw amounts in float32: a rank it empties can
             # keep a small negative remainder (-32 bytes seen), which must not reach the log.
             totals = np.maximum(code_sum[:, self.code:], 0.0)
             parts.append((np.log2(1.0 + totals) - TOTALS_CENTRE) / TOTALS_SCALE)
-        h = np.concatenate(parts, axis=1) @ w1 + b1
-        ctx = (h / (1.0 + np.exp(-h))) @ w2 + b2  # SiLU, then the 4 outputs
+        inputs = np.concatenate(parts, axis=1)
+        ctx = _mlp(inputs if self.context_code == "free" else inputs[:, self.code:], context)
+        if self.context_code == "banded":
+            z = _mlp(inputs, code_context)
+            ctx = ctx + np.concatenate([CODE_BAND * np.tanh(z[:, :2]), z[:, 2:]], axis=1)
         if self.context_range is not None:
             ctx = np.clip(ctx, self.context_range[0], self.context_range[1])
         y = np.logaddexp(np.log(np.maximum(np.asarray(time_sum, np.float32), 0.0) + 1e-9) + ctx[:, :2], ctx[:, 2:])
         return np.where(count > 0, np.exp(y), 0.0)
 
-    def _context_weights(self) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    def _context_weights(self) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[tuple[np.ndarray, np.ndarray]]]:
+        """The context network's layers and the banded code network's (empty unless "banded"), as
+        NumPy ``(weight.T, bias)`` pairs, cached per fitted network."""
         if self.net is None:
             raise RuntimeError("the model is not fitted; call fit() or load()")
         cached = getattr(self, "_context_np", None)
         if cached is None or cached[0] is not self.net:
-            first, last = self.net.context[0], self.net.context[2]
-            weights = tuple((layer.weight.detach().numpy().T.copy(), layer.bias.detach().numpy().copy())
-                            for layer in (first, last))
-            cached = self._context_np = (self.net, weights)
+            layers = lambda seq: [(seq[i].weight.detach().numpy().T.copy(), seq[i].bias.detach().numpy().copy())
+                                  for i in (0, 2)]  # noqa: E731
+            banded = layers(self.net.code_context) if self.context_code == "banded" else []
+            cached = self._context_np = (self.net, (layers(self.net.context), banded))
         return cached[1]
 
     # ---- persistence ------------------------------------------------------------------------

@@ -167,22 +167,23 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                      random_level: bool = True, split_batches: bool = True,
                      context_totals: bool = False, decompositions: bool = False,
                      hot_mixes: bool = False, long_ranks: bool = False,
-                     crowded_mixes: bool = False, context_code: bool = True) -> dict[str, Any]:
+                     crowded_mixes: bool = False, context_code: str = "free") -> dict[str, Any]:
     """Train on ``data_dir`` (default: the profile's folder), write model and report to ``out_dir``.
     ``random_level``: the random sets' level is learnt apart from plan ranks' (``NeuralCostModel.fit``);
     it needs plan ranks (``compute-ranks.parquet``) and is not used without them. ``split_batches``: a
     rank's shards of each batch size are priced as an op of their own (``NeuralCostModel.fit``).
     ``context_totals``: the set context also reads the rank's totals (a candidate; ``NeuralCostModel.fit``);
-    with ``context_code`` off, the totals and shard count only, not the mean shard code (a candidate).
+    ``context_code``: how the context reads the mean shard code besides them ("free", "none", "banded";
+    ``NeuralCostModel.fit``; the last two candidates).
     ``decompositions``: also learn ``compute-decompositions.parquet``'s ratios of sets over their shards alone
     (a candidate; ``NeuralCostModel.fit``), held out by source row and scored as ratios. ``hot_mixes``: also
     learn ``compute-hot-mixes.parquet`` (:mod:`collect_hot`), neighbour-calibrated sets at plan ranks' level,
     each counted as a plan rank; held out by the random split (a candidate); ``crowded_mixes`` the same of
     ``compute-crowded-mixes.parquet``. ``long_ranks``: plan ranks count
     more the longer they are (:func:`rank_weights`; a candidate)."""
-    if not context_code and not context_totals:  # at the door, before any data is read
-        raise InputError("--no-context-code", "a context without the mean code would read only the shard count",
-                         "add --context-totals, or keep the mean code")
+    if context_code != "free" and not context_totals:  # at the door, before any data is read
+        raise InputError("--context-code", f"{context_code!r} leaves the context little but the shard count",
+                         "add --context-totals, or keep --context-code free")
     data_dir = data_dir or profile.dir
     out_dir = out_dir or data_dir
     nominal = reference_nominal(pd.read_parquet(data_dir / "compute.parquet", columns=["ref_before_ms", "ref_after_ms"]))
@@ -355,7 +356,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                    + ("" if random_level else " --no-random-level")
                    + ("" if split_batches else " --no-split-batches")
                    + (" --context-totals" if context_totals else "")
-                   + ("" if context_code else " --no-context-code")
+                   + ("" if context_code == "free" else f" --context-code {context_code}")
                    + (" --decompositions" if decompositions else "")
                    + "".join(f" --{recipe}-mixes" for recipe in mix_splits)
                    + (" --long-ranks" if long_ranks else ""),
