@@ -18,10 +18,11 @@ FBGEMM CPU timings; predicted = ``--model`` (default: the profile's committed
 model). Hot and crowded mixes (``compute-hot-mixes.parquet``,
 ``compute-crowded-mixes.parquet``) are labelled by neighbour calibration,
 already on the stored plan ranks' host: they are not divided and are scored at
-the plan level. A last table says, per fifth of measured ms, how many sets
-the set context's bound prices (their context outside the range it took on
-the training sets) and what the error would be without it. A file is split into trained on / held out when
-the model's metadata says it learnt from it, else it is "not trained on".
+the plan level. A file is split into trained on / held out when the model's
+metadata says it learnt from it, else it is "not trained on". A last table
+says, per fifth of measured ms, how many sets the set context's bound prices
+(their factor outside the range it took on the training sets) and what the
+error would be without it.
 Writes ``bench/results/error-map-<name>.md``.
 
     .venv/bin/python bench/error_map.py --profile cpu-2c-xeon --name cpu-2c-xeon \\

@@ -137,8 +137,16 @@ class _SetNet(nn.Module):
         return self.combine(*self.pooled(x, mask))
 
 
-def _mlp(x: np.ndarray, layers: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
-    """The context's two-layer network (linear, SiLU, linear) in NumPy."""
+_Layers = list[tuple[np.ndarray, np.ndarray]]  # a context network's linear layers: (weight.T, bias) each
+
+
+def _numpy_layers(net: nn.Sequential) -> _Layers:
+    """The two linear layers of a context network (linear, SiLU, linear), copied out as NumPy arrays."""
+    return [(net[i].weight.detach().numpy().T.copy(), net[i].bias.detach().numpy().copy()) for i in (0, 2)]
+
+
+def _mlp(x: np.ndarray, layers: _Layers) -> np.ndarray:
+    """A context network (linear, SiLU, linear) in NumPy."""
     (w1, b1), (w2, b2) = layers
     h = x @ w1 + b1
     return (h / (1.0 + np.exp(-h))) @ w2 + b2
@@ -293,10 +301,11 @@ class NeuralCostModel:
         ``candidates/context-totals/``), not the committed recipe: ``docs/cost-model.md``, "Totals in
         the set context". ``context_code`` "none" (with totals) leaves the context the totals and the shard
         count, not the mean shard code: how much the shards slow one another is then a function of what
-        they touch together, and a set larger than any trained on cannot take the factor past where the
-        totals lead (a mean code beside an unseen count lets it climb until the bound stops it); "banded"
-        adds a second network of the mean code whose share of the log factors is held within
-        ``CODE_BAND`` either way. Candidates (session 40): ``docs/cost-model.md``, "The set context's bound".
+        they touch together; "banded" adds a second network of the mean code whose share of the log
+        factors is held within ``CODE_BAND`` either way. Why: on sets heavier than nearly all trained on,
+        the free context's factor climbs until the bound below stops it (the Xeon's larger sets' slowest
+        fifth: +46% over without the bound), "none" climbs as far (+44%), "banded" much less (+13%).
+        Candidates (session 40), not the committed recipe: ``docs/cost-model.md``, "The set context's bound".
 
         Once fitted, the set context's outputs (the log fusion factor and log overhead of each head)
         are held within the range they took on the training sets, less the outermost
@@ -586,17 +595,15 @@ class NeuralCostModel:
         y = np.logaddexp(np.log(np.maximum(np.asarray(time_sum, np.float32), 0.0) + 1e-9) + ctx[:, :2], ctx[:, 2:])
         return np.where(count > 0, np.exp(y), 0.0)
 
-    def _context_weights(self) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[tuple[np.ndarray, np.ndarray]]]:
+    def _context_weights(self) -> tuple[_Layers, _Layers]:
         """The context network's layers and the banded code network's (empty unless "banded"), as
         NumPy ``(weight.T, bias)`` pairs, cached per fitted network."""
         if self.net is None:
             raise RuntimeError("the model is not fitted; call fit() or load()")
         cached = getattr(self, "_context_np", None)
         if cached is None or cached[0] is not self.net:
-            layers = lambda seq: [(seq[i].weight.detach().numpy().T.copy(), seq[i].bias.detach().numpy().copy())
-                                  for i in (0, 2)]  # noqa: E731
-            banded = layers(self.net.code_context) if self.context_code == "banded" else []
-            cached = self._context_np = (self.net, (layers(self.net.context), banded))
+            banded = _numpy_layers(self.net.code_context) if self.context_code == "banded" else []
+            cached = self._context_np = (self.net, (_numpy_layers(self.net.context), banded))
         return cached[1]
 
     # ---- persistence ------------------------------------------------------------------------
