@@ -124,10 +124,12 @@ class _SetNet(nn.Module):
             out = out + torch.cat([CODE_BAND * torch.tanh(z[:, :2]), z[:, 2:]], dim=1)
         return out
 
-    def combine(self, code_sum: torch.Tensor, time_sum: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-        """Log ms ``[N, 2]`` of sets given their summed codes, summed shard times and sizes ``[N, 1]``."""
+    def combine(self, code_sum: torch.Tensor, time_sum: torch.Tensor, count: torch.Tensor,
+                bounded: bool = True) -> torch.Tensor:
+        """Log ms ``[N, 2]`` of sets given their summed codes, summed shard times and sizes ``[N, 1]``;
+        ``bounded=False`` leaves the context unheld by ``context_bounds`` (a diagnostic)."""
         ctx = self.raw_context(code_sum, count)
-        if self.context_bounds is not None:
+        if bounded and self.context_bounds is not None:
             ctx = torch.clamp(ctx, *self.context_bounds)
         log_factor, log_overhead = ctx[:, :2], ctx[:, 2:]
         return torch.logaddexp(torch.log(time_sum + 1e-9) + log_factor, log_overhead)
@@ -135,6 +137,19 @@ class _SetNet(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Log ms ``[N, 2]`` (fwd, bwd) for padded sets ``x [N, S, F]`` with ``mask [N, S]``."""
         return self.combine(*self.pooled(x, mask))
+
+
+def check_context_code(context_code: str, context_totals: bool,
+                       names: tuple[str, str] = ("context_code", "context_totals")) -> None:
+    """Refuse a ``context_code`` that is no mode, or one that leaves the context without the totals (it
+    would read little but the shard count); ``names`` are the two settings' names as the caller spells them."""
+    code_name, totals_name = names
+    if context_code not in CONTEXT_CODE_MODES:
+        raise InputError(code_name, f"must be one of {', '.join(CONTEXT_CODE_MODES)}, got {context_code!r}",
+                         "pick one of them")
+    if context_code != "free" and not context_totals:
+        raise InputError(code_name, f"a context of {context_code!r} code reads little but the shard count",
+                         f"turn {totals_name} on, or keep {code_name} free")
 
 
 _Layers = list[tuple[np.ndarray, np.ndarray]]  # a context network's linear layers: (weight.T, bias) each
@@ -220,12 +235,7 @@ class NeuralCostModel:
                         ("decomp_weight", decomp_weight)):
             if w < 0:
                 raise InputError(name, f"must be >= 0, got {w!r}")
-        if context_code not in CONTEXT_CODE_MODES:
-            raise InputError("context_code", f"must be one of {', '.join(CONTEXT_CODE_MODES)}, got {context_code!r}",
-                             "pick one of them")
-        if context_code != "free" and not context_totals:
-            raise InputError("context_code", f"a context of {context_code!r} code reads little but the shard count",
-                             "turn context_totals on, or keep context_code 'free'")
+        check_context_code(context_code, context_totals)
         self.profile = profile
         self.hidden, self.code, self.epochs = hidden, code, epochs
         self.batch_size, self.lr, self.weight_decay, self.seed = batch_size, lr, weight_decay, seed
@@ -500,30 +510,33 @@ class NeuralCostModel:
         return err.square().sum() / (err.shape[1] * self.batch_size)
 
     # ---- inference --------------------------------------------------------------------------
+    def _pooled_sets(self, sets: list[list[ShardSpec]]
+                     ) -> tuple[list[int], np.ndarray, tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None]:
+        """What :meth:`predict` and :meth:`on_bound` read: the indices of the non-empty sets, the set each
+        network part comes from, and the parts' pooled (summed codes, summed shard times, sizes)."""
+        if self.net is None:
+            raise RuntimeError("the model is not fitted; call fit() or load()")
+        nonempty = [i for i, s in enumerate(sets) if s]
+        if not nonempty:
+            return nonempty, np.zeros(0, dtype=np.int64), None
+        x, mask, owner = self.network_inputs([sets[i] for i in nonempty])
+        with torch.no_grad():
+            return nonempty, owner, self.net.pooled(torch.from_numpy(x), torch.from_numpy(mask))
+
     def predict(self, sets: list[list[ShardSpec]], random_level: bool = False,
                 bounded: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Forward and backward ms for each shard set (0 for an empty set); with ``random_level``, at
         the level learnt for the random collector's sets (see :meth:`fit`) instead of plan ranks'.
         ``bounded=False`` lets the set context leave ``context_range`` (a diagnostic: what the
         network alone says of a set unlike the training sets)."""
-        if self.net is None:
-            raise RuntimeError("the model is not fitted; call fit() or load()")
         out_f = np.zeros(len(sets))
         out_b = np.zeros(len(sets))
-        nonempty = [i for i, s in enumerate(sets) if s]
+        nonempty, owner, pooled = self._pooled_sets(sets)
         if not nonempty:
             return out_f, out_b
-        sets = [sets[i] for i in nonempty]
-        x, mask, owner = self.network_inputs(sets)
-        bounds = self.net.context_bounds
-        if not bounded:
-            self.net.context_bounds = None
-        try:
-            with torch.no_grad():
-                y = self.net(torch.from_numpy(x), torch.from_numpy(mask)).numpy()
-        finally:
-            self.net.context_bounds = bounds
-        ms = np.zeros((len(sets), 2))
+        with torch.no_grad():
+            y = self.net.combine(*pooled, bounded=bounded).numpy()
+        ms = np.zeros((len(nonempty), 2))
         np.add.at(ms, owner, np.exp(y))
         ms *= np.exp(self.random_offset if random_level else 0.0)
         out_f[nonempty] = ms[:, 0]
@@ -533,15 +546,12 @@ class NeuralCostModel:
     def on_bound(self, sets: list[list[ShardSpec]]) -> np.ndarray:
         """``[N, 2]`` bools: whether the set context's factor (fwd, bwd) of any of each set's ops lies
         outside ``context_range``, so that the bound, not the network, sets its price there."""
-        if self.net is None:
-            raise RuntimeError("the model is not fitted; call fit() or load()")
         out = np.zeros((len(sets), 2), bool)
-        nonempty = [i for i, s in enumerate(sets) if s]
+        nonempty, owner, pooled = self._pooled_sets(sets)
         if not nonempty or self.context_range is None:
             return out
-        x, mask, owner = self.network_inputs([sets[i] for i in nonempty])
+        code_sum, _, count = pooled
         with torch.no_grad():
-            code_sum, _, count = self.net.pooled(torch.from_numpy(x), torch.from_numpy(mask))
             factor = self.net.raw_context(code_sum, count).numpy()[:, :2]
         outside = (factor < self.context_range[0, :2]) | (factor > self.context_range[1, :2])
         hit = np.zeros((len(nonempty), 2), bool)

@@ -25,7 +25,7 @@ from ..errors import InputError
 from ..formats import write_json_atomic, write_text_atomic
 from .baselines import GBMCostModel, RooflineCostModel
 from .kernel import REFERENCE_SPECS, slowdown
-from .model import NeuralCostModel
+from .model import NeuralCostModel, check_context_code
 from .profiles import Profile
 from .specs import ShardSpec, specs_from_json
 
@@ -181,9 +181,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     each counted as a plan rank; held out by the random split (a candidate); ``crowded_mixes`` the same of
     ``compute-crowded-mixes.parquet``. ``long_ranks``: plan ranks count
     more the longer they are (:func:`rank_weights`; a candidate)."""
-    if context_code != "free" and not context_totals:  # at the door, before any data is read
-        raise InputError("--context-code", f"{context_code!r} leaves the context little but the shard count",
-                         "add --context-totals, or keep --context-code free")
+    check_context_code(context_code, context_totals, ("--context-code", "--context-totals"))  # before any data
     data_dir = data_dir or profile.dir
     out_dir = out_dir or data_dir
     nominal = reference_nominal(pd.read_parquet(data_dir / "compute.parquet", columns=["ref_before_ms", "ref_after_ms"]))
