@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -33,25 +35,51 @@ from shardplan.search import get_searcher
 DEFAULT_SEARCHERS = "torchrec,neuroshard,neuroshard-tw,greedy-cost,greedy-lookup,greedy-size"
 
 
-def plan_suite(est: PlanEstimator, suite: Path, searchers: list[str], out: Path) -> pd.DataFrame:
-    """Plan every task with every searcher (on this machine: TorchRec and the cost models run on CPU);
-    one row a (task, searcher): the plan's predicted cost, or why there is none."""
-    out.mkdir(parents=True, exist_ok=True)
+def _plan_task(path: Path, searchers: list[str], out: Path, est: PlanEstimator | str) -> list[dict]:
+    """One task planned by every searcher; its plans saved to ``out``, one row per searcher.
+    ``est``: an estimator, or a profile name whose committed one this (worker) process loads."""
+    if isinstance(est, str):
+        est = load_estimator(est)
+    task = load_task(path)
     rows = []
-    for path in sorted(suite.glob("*.json")):
-        task = load_task(path)
-        for name in searchers:
-            try:
-                plan = get_searcher(name).plan(task, est)
-            except InputError as e:
-                rows.append({"task": task.name, "searcher": name, "planned": False, "error": str(e)[:200]})
-                continue
-            save_plan(plan, out / f"{task.name}--{name}.json")
-            rows.append({"task": task.name, "searcher": name, "planned": True, "error": "",
-                         "predicted_ms": plan.cost.max_ms, "predicted_imbalance": plan.cost.imbalance,
-                         "planning_s": plan.search["seconds"]})
-    return pd.DataFrame(rows, columns=["task", "searcher", "planned", "error", "predicted_ms", "predicted_imbalance",
-                                       "planning_s"])
+    for name in searchers:
+        try:
+            plan = get_searcher(name).plan(task, est)
+        except InputError as e:
+            rows.append({"task": task.name, "searcher": name, "planned": False, "error": str(e)[:200]})
+            continue
+        plan.search["cost_model"] = est.compute_name  # which model the plan was searched with
+        save_plan(plan, out / f"{task.name}--{name}.json")
+        rows.append({"task": task.name, "searcher": name, "planned": True, "error": "",
+                     "predicted_ms": plan.cost.max_ms, "predicted_imbalance": plan.cost.imbalance,
+                     "planning_s": plan.search["seconds"]})
+    return rows
+
+
+def plan_suite(est: PlanEstimator, suite: Path, searchers: list[str], out: Path, jobs: int = 1) -> pd.DataFrame:
+    """Plan every task with every searcher (on this machine: TorchRec and the cost models run on CPU);
+    one row a (task, searcher): the plan's predicted cost, or why there is none. ``jobs`` > 1 plans that
+    many tasks at once, each in a process of its own with one thread (a plan does not depend on it: the
+    searchers are bounded by work, not time), loading ``est``'s profile's committed model."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = sorted(suite.glob("*.json"))
+    if jobs > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=jobs, initializer=_one_thread) as pool:
+            per_task = list(pool.map(_plan_task, paths, [searchers] * len(paths), [out] * len(paths),
+                                     [est.profile] * len(paths)))
+    else:
+        per_task = [_plan_task(path, searchers, out, est) for path in paths]
+    return pd.DataFrame([r for rows in per_task for r in rows],
+                        columns=["task", "searcher", "planned", "error", "predicted_ms", "predicted_imbalance",
+                                 "planning_s"])
+
+
+def _one_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
 
 
 def plan_report(df: pd.DataFrame, profile: str, compute_model: str, out: Path) -> str:
@@ -81,21 +109,34 @@ def plan_report(df: pd.DataFrame, profile: str, compute_model: str, out: Path) -
     return text
 
 
-def run_suite(profile: str, plans: Path, iterations: int) -> pd.DataFrame:
-    """Train every plan in the emulated-rank loop on this machine's device."""
+def run_suite(profile: str, plans: Path, iterations: int, max_seconds: float | None = None,
+              partial: Path | None = None) -> pd.DataFrame:
+    """Train every plan in the emulated-rank loop on this machine's device, a task's plans one after the
+    other (the files sort by task), so that a deadline (``max_seconds``: no plan starts after it) leaves
+    whole tasks. ``partial``: a CSV rewritten after every plan, so that a killed run keeps what it measured."""
     est = load_estimator(profile)
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
     rows = []
     for path in sorted(plans.glob("*--*.json")):
+        if deadline is not None and time.monotonic() > deadline:
+            print(f"deadline: stopped before {path.name}")
+            break
         plan = load_plan(path)
         name = plan.search["searcher"]
         r = run_loop(plan, profile, est, iterations=iterations, name=name)
+        per_rank = [f + b + c for f, b, c in zip(r.rank_fwd_ms, r.rank_bwd_ms, r.rank_comm_ms)]
         rows.append({"task": plan.task.name, "searcher": name, "planned": True, "ranks": plan.task.topology.world_size,
                      "embedding_ms": r.embedding_ms, "dense_ms": r.dense_ms, "iteration_ms": r.iteration_ms,
                      "samples_per_s": r.samples_per_s, "predicted_ms": max(r.predicted_rank_ms),
-                     "rank_imbalance": r.embedding_ms / np.mean(
-                         [f + b + c for f, b, c in zip(r.rank_fwd_ms, r.rank_bwd_ms, r.rank_comm_ms)]),
+                     "rank_imbalance": r.embedding_ms / np.mean(per_rank),
                      "loss_first": r.losses[0], "loss_last": r.losses[-1], "planning_s": plan.search["seconds"],
+                     "plan_cost_model": plan.search.get("cost_model", ""), "predicted_by": est.compute_name,
+                     "rank_measured_ms": json.dumps([round(x, 4) for x in per_rank]),
+                     "rank_predicted_ms": json.dumps([round(x, 4) for x in r.predicted_rank_ms]),
                      "device": r.device})
+        print(f"{plan.task.name} {name}: embedding {r.embedding_ms:.3f} ms, {r.samples_per_s:,.0f} samples/s")
+        if partial is not None:
+            pd.DataFrame(rows).to_csv(partial, index=False)
     return pd.DataFrame(rows)
 
 
@@ -125,17 +166,21 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--searchers", default=DEFAULT_SEARCHERS)
     ap.add_argument("--plans", default="build/gpu-plans", help="where `plan` writes and `run` reads the plans")
     ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--max-seconds", type=float, default=None, help="`run`: start no plan after this long")
+    ap.add_argument("--jobs", type=int, default=1, help="`plan`: tasks planned at once, one process each")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.stage == "plan":
         est = load_estimator(args.profile)
-        df = plan_suite(est, Path(args.suite), args.searchers.split(","), Path(args.plans))
+        df = plan_suite(est, Path(args.suite), args.searchers.split(","), Path(args.plans), args.jobs)
         print(plan_report(df, args.profile, est.compute_name, out))
         print(f"plans in {args.plans}")
     else:
-        print(report(run_suite(args.profile, Path(args.plans), args.iterations), args.profile, out))
+        df = run_suite(args.profile, Path(args.plans), args.iterations, args.max_seconds,
+                       partial=out / f"gpu-suite-{args.profile}.partial.csv")
+        print(report(df, args.profile, out))
 
 
 if __name__ == "__main__":

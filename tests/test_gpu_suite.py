@@ -5,6 +5,7 @@ import json
 
 import shardplan
 from shardplan.execute.dlrm_loop import run_loop
+from shardplan.formats import load_plan
 
 
 def test_emulated_rank_loop_trains_and_times_every_rank(task_dict) -> None:
@@ -28,3 +29,17 @@ def test_gpu_suite_plan_then_run_on_cpu(tmp_path, task_dict, load_script) -> Non
                 "--out", str(tmp_path / "out")])
     md = (tmp_path / "out" / "gpu-suite-cpu-2c.md").read_text()
     assert "| greedy-cost | 1 |" in md and "| torchrec | 1 | 1.000 |" in md
+
+
+def test_gpu_suite_plans_tasks_in_parallel_to_the_same_plans(tmp_path, task_dict, load_script) -> None:
+    suite = load_script("bench/gpu_suite.py")
+    (tmp_path / "suite").mkdir()
+    for k in range(2):
+        (tmp_path / "suite" / f"t{k}.json").write_text(json.dumps({**task_dict, "name": f"t{k}"}))
+    for jobs in (1, 2):
+        suite.main(["plan", "--profile", "cpu-2c", "--suite", str(tmp_path / "suite"), "--searchers", "greedy-cost",
+                    "--plans", str(tmp_path / f"plans{jobs}"), "--out", str(tmp_path / "out"), "--jobs", str(jobs)])
+    for k in range(2):
+        one, two = (load_plan(tmp_path / f"plans{j}" / f"t{k}--greedy-cost.json") for j in (1, 2))
+        assert one.search["cost_model"] == two.search["cost_model"]
+        assert one.tables == two.tables

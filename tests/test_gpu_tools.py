@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import struct
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("fbgemm_parts", ROOT / "scripts" / "gpu" / "fbgemm_parts.py")
 fbgemm_parts = importlib.util.module_from_spec(spec)
+sys.modules["fbgemm_parts"] = fbgemm_parts  # unpack's worker processes find their function by module name
 spec.loader.exec_module(fbgemm_parts)
 
 
@@ -54,3 +57,36 @@ def test_lean_package_drops_the_libraries_from_the_loader_list_too(tmp_path) -> 
     assert (view / "fbgemm_gpu" / "fbgemm_gpu_py.so").is_symlink()
     assert not (view / "fbgemm_gpu" / "fbgemm_gpu_tbe_inference.so").exists()
     assert (view / "fbgemm_gpu" / "__init__.py").read_text() == lean
+
+
+def _fat_library(images: list[tuple[int, bytes]]) -> bytes:
+    """A minimal 64-bit ELF with a ``.nv_fatbin`` section holding one fat-binary block of ``images``
+    (arch, payload), laid out as :func:`fbgemm_parts.fatbin_entries` reads it."""
+    entries = b"".join(struct.pack("<HHIQ", 2, 0x101, 64, len(data)) + bytes(12) + struct.pack("<I", arch)
+                       + bytes(64 - 32) + data for arch, data in images)
+    fatbin = struct.pack("<IHHQ", fbgemm_parts.FATBIN_MAGIC, 1, 16, len(entries)) + entries
+    names = b"\0.shstrtab\0.nv_fatbin\0"
+    body_at = 64
+    names_at = body_at + len(fatbin)
+    shoff = names_at + len(names)
+    shoff += -shoff % 8
+    head = bytearray(64)
+    head[:4] = b"\x7fELF"
+    struct.pack_into("<Q", head, 0x28, shoff)
+    struct.pack_into("<HHH", head, 0x3A, 64, 3, 1)
+    sections = bytes(64)  # the null section
+    sections += struct.pack("<IIQQQQ", 1, 3, 0, 0, names_at, len(names)) + bytes(24)
+    sections += struct.pack("<IIQQQQ", 11, 1, 0, 0, body_at, len(fatbin)) + bytes(24)
+    return bytes(head) + fatbin + names + bytes(shoff - names_at - len(names)) + sections
+
+
+def test_keep_arch_zeroes_the_other_chips_images_and_keeps_the_rest() -> None:
+    sm80, sm90, sm100 = os.urandom(96), os.urandom(128), os.urandom(80)
+    lib = _fat_library([(80, sm80), (90, sm90), (100, sm100)])
+    assert [(size, arch) for _, size, arch in fbgemm_parts.fatbin_entries(lib)] == [(96, 80), (128, 90), (80, 100)]
+    kept = fbgemm_parts.keep_arch(lib, 90)
+    assert len(kept) == len(lib)
+    for off, size, arch in fbgemm_parts.fatbin_entries(kept):  # every header kept, so the list still reads
+        assert kept[off:off + size] == (sm90 if arch == 90 else bytes(size))
+    assert fbgemm_parts.keep_arch(lib, 75) == lib  # no image for that chip: left whole
+    assert fbgemm_parts.keep_arch(b"not an ELF", 90) == b"not an ELF"

@@ -14,6 +14,9 @@ unpacked. This script (standard library only, so it runs on both machines):
             between calls loses nothing already unpacked).
 ``unpack``  extracts parts into a target folder (Python's ``lzma``: no ``zstd``
             or ``xz`` binary needed); idempotent, one marker per part.
+            ``--keep-arch 90`` zeroes the GPU code built for other chips
+            (sm_80, sm_100) inside each library's fat binary: two thirds of
+            the package, and zeroes compress to nothing.
 ``lean-check`` tries what ``--lean`` would carry: a view of an unpacked full
             package without the dropped libraries, its loader list patched.
 ``check``   imports fbgemm_gpu from the target and runs one forward and
@@ -32,10 +35,13 @@ import json
 import lzma
 import os
 import re
+import shutil
+import struct
 import subprocess
 import sys
 import tarfile
 import zipfile
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 WHEEL_SPEC = "fbgemm-gpu==1.6.0"
@@ -88,7 +94,61 @@ def lean_view(target: Path, out: Path) -> Path:
     return out
 
 
+FATBIN_MAGIC = 0xBA55ED50
 CHUNK = re.compile(r"^(?P<name>.+)\.chunk(?P<k>\d{3})of(?P<n>\d{3})$")
+
+
+def _elf_section(data: bytes, wanted: str) -> tuple[int, int] | None:
+    """(offset, size) of the named section of a 64-bit little-endian ELF file, or None."""
+    if data[:4] != b"\x7fELF":
+        return None
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    heads = [struct.unpack_from("<I4xQ8xQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    names = heads[shstrndx][2]
+    for name, _flags, off, size in heads:
+        if data[names + name:data.index(b"\0", names + name)].decode() == wanted:
+            return off, size
+    return None
+
+
+def fatbin_entries(data: bytes) -> list[tuple[int, int, int]]:
+    """(payload offset, payload size, sm arch) of every image in a library's ``.nv_fatbin`` section.
+
+    Layout (as the CUDA tools write it): blocks of a 16-byte header (magic 0xBA55ED50, version,
+    header size, size of the entries) then entries, each a header (kind, header size, payload size,
+    ..., arch at byte 28) and its payload."""
+    sec = _elf_section(data, ".nv_fatbin")
+    if sec is None:
+        return []
+    out = []
+    p, end = sec[0], sec[0] + sec[1]
+    while p + 16 <= end:
+        magic, _ver, head, size = struct.unpack_from("<IHHQ", data, p)
+        if magic != FATBIN_MAGIC:
+            p += 8  # blocks are 8-byte aligned; padding between them
+            continue
+        q, block_end = p + head, p + head + size
+        while q < block_end:
+            _kind, _u, ehead, esize = struct.unpack_from("<HHIQ", data, q)
+            arch, = struct.unpack_from("<I", data, q + 28)
+            out.append((q + ehead, esize, arch))
+            q += ehead + esize
+        p = block_end
+    return out
+
+
+def keep_arch(data: bytes, arch: int) -> bytes:
+    """The library with every fat-binary image built for another chip zeroed (headers kept, so the
+    loader still reads the list and picks ``arch``'s image; the zeroes compress to nothing)."""
+    entries = fatbin_entries(data)
+    if not any(a == arch for _, _, a in entries):
+        return data  # no image for this chip (or no GPU code at all): leave it whole
+    out = bytearray(data)
+    for off, size, a in entries:
+        if a != arch:
+            out[off:off + size] = bytes(size)
+    return bytes(out)
 
 
 def split_large(members: dict[str, bytes], chunk_bytes: int) -> dict[str, bytes]:
@@ -130,13 +190,13 @@ def pack(members: dict[str, bytes], out: Path, max_part_mib: float, ratio_guess:
         if not g:
             continue
         buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w:xz", preset=preset) as tar:
+        with tarfile.open(fileobj=buf, mode="w") as tar:
             for name in sorted(g):
                 info = tarfile.TarInfo(name)
                 info.size = len(members[name])
                 info.mode = 0o755 if name.endswith(".so") else 0o644
                 tar.addfile(info, io.BytesIO(members[name]))
-        data = buf.getvalue()
+        data = xz(buf.getvalue(), preset)
         if len(data) > limit and len(g) > 1:
             groups += [g[0::2], g[1::2]]
             continue
@@ -154,16 +214,31 @@ def pack(members: dict[str, bytes], out: Path, max_part_mib: float, ratio_guess:
     return paths
 
 
-def unpack(parts: list[Path], target: Path) -> None:
-    target.mkdir(parents=True, exist_ok=True)
-    for part in parts:
-        marker = target / f".unpacked-{part.name}"
-        if marker.exists():
-            continue
+def xz(data: bytes, preset: int) -> bytes:
+    """xz-compress on every core with the ``xz`` tool where there is one (Python's ``lzma`` reads its
+    multi-block output), else with ``lzma`` on one."""
+    if shutil.which("xz"):
+        return subprocess.run(["xz", "-T0", f"-{preset & 0xF}" + ("e" if preset & lzma.PRESET_EXTREME else ""), "-c"], input=data, capture_output=True,
+                              check=True).stdout
+    return lzma.compress(data, preset=preset)
+
+
+def _unpack_one(part: Path, target: Path) -> str:
+    marker = target / f".unpacked-{part.name}"
+    if not marker.exists():
         with tarfile.open(part, mode="r:xz") as tar:
             tar.extractall(target, filter="data")
         marker.write_text("ok\n")
-        print(f"unpacked {part.name} into {target}")
+    return f"unpacked {part.name} into {target}"
+
+
+def unpack(parts: list[Path], target: Path) -> None:
+    """Extract every part (one process each: the parts are independent, and ``lzma`` uses one core),
+    then join the large files whose chunks have all arrived. Idempotent: one marker per part."""
+    target.mkdir(parents=True, exist_ok=True)
+    with ProcessPoolExecutor(max_workers=min(len(parts), os.cpu_count() or 1) or 1) as pool:
+        for line in pool.map(_unpack_one, parts, [target] * len(parts)):
+            print(line)
     join_chunks(target)
 
 
@@ -223,6 +298,7 @@ def main() -> None:
     p.add_argument("--max-part-mib", type=float, default=60.0)
     p.add_argument("--lean", action="store_true", help="drop libraries TBE training does not load")
     p.add_argument("--preset", type=int, default=9, help="xz preset 0-9 (9: smallest, slowest)")
+    p.add_argument("--keep-arch", type=int, help="zero the GPU code of every other chip (90: H100/H200)")
     u = sub.add_parser("unpack")
     u.add_argument("parts", nargs="+", type=Path)
     u.add_argument("--target", type=Path, default=Path("/tmp/fbgemm"))
@@ -236,6 +312,8 @@ def main() -> None:
         with zipfile.ZipFile(wheel) as z:
             members = {i.filename: z.read(i) for i in z.infolist()
                        if not i.is_dir() and not _dropped(i.filename, args.lean)}
+        if args.keep_arch:
+            members = {k: keep_arch(v, args.keep_arch) if k.endswith(".so") else v for k, v in members.items()}
         if args.lean:
             members["fbgemm_gpu/__init__.py"] = lean_init(members["fbgemm_gpu/__init__.py"].decode()).encode()
         for path in pack(members, Path(args.out), args.max_part_mib, preset=args.preset):

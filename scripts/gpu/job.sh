@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The whole GPU job, run on the lent GPU machine from the repository root, in stages so that each
-# device call stays under its time limit:  bash scripts/gpu/job.sh install collect suite
+# device call stays under its time limit:  bash scripts/gpu/job.sh install collect train plan suite
 #
 # Carried in (prepared on CPU first; see README "The GPU job"):
-#   build/fbgemm-parts/part-*.tar.xz   fbgemm-gpu 1.6.0 in parts (scripts/gpu/fbgemm_parts.py pack); a call
-#                                      can carry some of them and run `unpack` alone: a machine that stays
-#                                      warm keeps what was unpacked
+#   build/fbgemm-parts/part-*.tar.xz   fbgemm-gpu 1.6.0 in parts (scripts/gpu/fbgemm_parts.py pack
+#                                      --keep-arch 90: 78 MiB); a call can carry some of them ($PARTS) and
+#                                      run `unpack` alone: a machine that stays warm keeps what was unpacked
 #   build/wheels-gpu/*.whl             pydantic and its deps (the GPU image lacks them): pip download here
 #   build/gpu-plans/*.json             the suite's plans (python bench/gpu_suite.py plan --profile <gpu>)
 # Everything it writes goes to $OUT (default out/gpu): the fbgemm check, GPU identity, compute.parquet,
@@ -15,6 +15,8 @@ set -euo pipefail
 OUT=${OUT:-out/gpu}
 TARGET=${FBGEMM_TARGET:-/tmp/fbgemm}
 STATE=${STATE:-/tmp/shardplan-gpu}
+# the parts this call carries (a call can carry some and `unpack` them; `install` unpacks the rest)
+PARTS=${PARTS:-build/fbgemm-parts}
 mkdir -p "$OUT" "$STATE"
 export PYTHONPATH="$PWD:$TARGET${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 # Tables come and go in sizes up to tens of GB, sample after sample: growable segments keep the
@@ -24,17 +26,19 @@ profile() { python3 -c "import torch; print('h200' if 'H200' in torch.cuda.get_d
 for stage in "$@"; do
   case $stage in
     unpack)
-      python3 scripts/gpu/fbgemm_parts.py unpack build/fbgemm-parts/part-*.tar.xz --target "$TARGET" ;;
+      python3 scripts/gpu/fbgemm_parts.py unpack "$PARTS"/part-*.tar.xz --target "$TARGET" ;;
     install)
-      python3 scripts/gpu/fbgemm_parts.py unpack build/fbgemm-parts/part-*.tar.xz --target "$TARGET"
+      python3 scripts/gpu/fbgemm_parts.py unpack "$PARTS"/part-*.tar.xz --target "$TARGET"
       if ls build/wheels-gpu/*.whl >/dev/null 2>&1; then
         python3 -m pip install -q --no-index --no-deps --no-compile --target "$TARGET" build/wheels-gpu/*.whl
       fi
       nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$OUT/gpu.csv"
       python3 scripts/gpu/fbgemm_parts.py check | tee "$OUT/fbgemm-check.json"
       # would a lean package (a third smaller) do? recorded for the next carry, never fatal
-      python3 scripts/gpu/fbgemm_parts.py lean-check --target "$TARGET" > "$OUT/fbgemm-lean-check.txt" 2>&1 \
-        || echo "lean package failed its check (see fbgemm-lean-check.txt)" ;;
+      if [ "${LEAN_CHECK:-1}" = 1 ]; then
+        python3 scripts/gpu/fbgemm_parts.py lean-check --target "$TARGET" > "$OUT/fbgemm-lean-check.txt" 2>&1 \
+          || echo "lean package failed its check (see fbgemm-lean-check.txt)"
+      fi ;;
     collect)
       python3 -m shardplan.cli collect compute --profile "${PROFILE:-$(profile)}" --samples "${SAMPLES:-5000}" \
           --max-seconds "${COLLECT_SECONDS:-480}" --out "$STATE/compute.parquet"
@@ -44,8 +48,26 @@ for stage in "$@"; do
           --seed 1 --min-shards 16 --max-shards 30 --max-seconds "${COLLECT_SECONDS:-480}" \
           --out "$STATE/compute-large.parquet"
       cp "$STATE/compute-large.parquet" "$OUT/" ;;
+    train)
+      # the GPU profile's model, trained here on the samples just collected (the searchers of the `plan`
+      # stage need it on this machine); the committed model is trained again on CPU afterwards
+      P=${PROFILE:-$(profile)}
+      mkdir -p "data/profiles/$P"
+      cp "$STATE/compute.parquet" "data/profiles/$P/compute.parquet"
+      python3 -m shardplan.cli train --profile "$P" --epochs "${EPOCHS:-300}"
+      cp "data/profiles/$P/compute-model.json" "$OUT/compute-model-in-call.json"
+      cp "data/profiles/$P/compute-model-report.md" "$OUT/compute-model-report-in-call.md" ;;
+    plan)
+      # shardplan's plans, searched with the model of the `train` stage; TorchRec's and the heuristics'
+      # plans came planned from the CPU machine (they need no GPU model)
+      # (every task at once, one process and one thread each: the machine has 16 cores)
+      OMP_NUM_THREADS=1 python3 bench/gpu_suite.py plan --profile "${PROFILE:-$(profile)}" \
+          --searchers "${SEARCHERS:-neuroshard}" --suite "${SUITE:-data/tasks/gpu-bench}" --jobs "${PLAN_JOBS:-12}" \
+          --plans build/gpu-plans --out "$OUT"
+      cp -r build/gpu-plans "$OUT/" ;;
     suite)
-      python3 bench/gpu_suite.py run --profile "${PROFILE:-$(profile)}" --plans build/gpu-plans --out "$OUT" ;;
-    *) echo "unknown stage $stage (unpack, install, collect, collect-large, suite)" >&2; exit 2 ;;
+      python3 bench/gpu_suite.py run --profile "${PROFILE:-$(profile)}" --plans build/gpu-plans --out "$OUT" \
+          --iterations "${ITERATIONS:-20}" ${SUITE_SECONDS:+--max-seconds "$SUITE_SECONDS"} ;;
+    *) echo "unknown stage $stage (unpack, install, collect, collect-large, train, plan, suite)" >&2; exit 2 ;;
   esac
 done
