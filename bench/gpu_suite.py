@@ -158,9 +158,65 @@ def report(df: pd.DataFrame, profile: str, out: Path) -> str:
     return text
 
 
+def rounds_report(runs: list[Path], out: Path, name: str, command: str) -> str:
+    """Several ``run`` CSVs of the same plans (rounds) in one table: per searcher and round, the geometric
+    mean of its measured embedding time over TorchRec's on the same task, over every rank and over the
+    ranks after the first (the emulated loop's first-timed rank carried a penalty in runs before the
+    rank order turned, see :mod:`shardplan.execute.dlrm_loop`), the embedding stage's samples/s (global
+    batch / embedding time) and the iteration's as measured; then per task and the cost model's per-rank
+    error. Writes ``<out>/<name>.md``."""
+    lines = [f"# GPU suite, {len(runs)} round(s) of the same plans ({dt.date.today()})", "",
+             f"Command: `{command}`", "",
+             "Measured: every rank's FBGEMM forward + backward (fused SGD) on the GPU by CUDA events, median over "
+             "the iterations, plus the profile's modelled all-to-all (alpha-beta, labelled modelled). Embedding "
+             "time = the slowest rank's. Ratios are within a round, against TorchRec's plan of the same task.", "",
+             "| round | searcher | tasks | geomean embedding time / TorchRec's | same, ranks after the first | "
+             "median embedding-stage samples/s | median iteration samples/s (as measured) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    per_task: dict[str, dict[str, list[float]]] = {}
+    errors: dict[str, list[float]] = {}
+    for k, path in enumerate(runs, 1):
+        df = pd.read_csv(path)
+        measured = [np.array(json.loads(m)) for m in df.rank_measured_ms]
+        df["all_ms"] = [m.max() for m in measured]
+        df["after_first_ms"] = [m[1:].max() if len(m) > 1 else m.max() for m in measured]
+        df["stage_sps"] = df.samples_per_s * df.iteration_ms / df.all_ms  # = global batch / embedding time
+        base = df[df.searcher == "torchrec"].set_index("task")
+        for searcher, g in df.groupby("searcher"):
+            g = g.set_index("task")
+            common = g.index.intersection(base.index)
+            ratio = lambda col: float(np.exp(np.mean(np.log(g.loc[common, col] / base.loc[common, col]))))  # noqa: E731
+            lines.append(f"| {k} | {searcher} | {len(g)} | {ratio('all_ms'):.3f} | {ratio('after_first_ms'):.3f} | "
+                         f"{g.stage_sps.median():,.0f} | {g.samples_per_s.median():,.0f} |")
+            for task, ms in g.all_ms.items():
+                per_task.setdefault(task, {}).setdefault(searcher, []).append(ms)
+        for row, m in zip(df.itertuples(), measured):
+            if "neural" in str(row.predicted_by):
+                pred = np.array(json.loads(row.rank_predicted_ms))
+                errors.setdefault(row.searcher, []).extend(((pred - m) / m).tolist())
+    searchers = sorted({s for v in per_task.values() for s in v})
+    lines += ["", "Measured embedding time (ms) per task, each round:", "",
+              "| task | " + " | ".join(searchers) + " |", "| --- |" + " --- |" * len(searchers)]
+    for task in sorted(per_task):
+        lines.append(f"| {task} | " + " | ".join(" / ".join(f"{x:.3f}" for x in per_task[task].get(s, []))
+                                                  for s in searchers) + " |")
+    if errors:
+        lines += ["", "Per-rank compute + comm predicted by the neural model beside measured (rounds it priced):", "",
+                  "| plans of | ranks | MAPE | median abs error | within 15% |", "| --- | --- | --- | --- | --- |"]
+        for searcher, e in sorted(errors.items()):
+            a = np.abs(np.array(e))
+            lines.append(f"| {searcher} | {len(a)} | {100 * a.mean():.1f}% | {100 * np.median(a):.1f}% | "
+                         f"{int((a <= 0.15).sum())}/{len(a)} |")
+    text = "\n".join(lines) + "\n"
+    write_text_atomic(out / f"{name}.md", text)
+    return text
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("stage", choices=["plan", "run"])
+    ap.add_argument("stage", choices=["plan", "run", "rounds"])
+    ap.add_argument("--runs", nargs="+", type=Path, help="`rounds`: the run CSVs to put side by side")
+    ap.add_argument("--name", default="gpu-suite-rounds", help="`rounds`: the results file's name")
     ap.add_argument("--profile", default="h200")
     ap.add_argument("--suite", default="data/tasks/gpu-bench")
     ap.add_argument("--searchers", default=DEFAULT_SEARCHERS)
@@ -177,6 +233,10 @@ def main(argv: list[str] | None = None) -> None:
         df = plan_suite(est, Path(args.suite), args.searchers.split(","), Path(args.plans), args.jobs)
         print(plan_report(df, args.profile, est.compute_name, out))
         print(f"plans in {args.plans}")
+    elif args.stage == "rounds":
+        if not args.runs:
+            raise InputError("--runs", "names no run CSV", "give the CSVs that `run` wrote, one per round")
+        print(rounds_report(args.runs, out, args.name, "python bench/gpu_suite.py " + " ".join(argv or sys.argv[1:])))
     else:
         df = run_suite(args.profile, Path(args.plans), args.iterations, args.max_seconds,
                        partial=out / f"gpu-suite-{args.profile}.partial.csv")

@@ -5,7 +5,11 @@ each rank's shards run as that rank's own FBGEMM table-batched op(s) — forward
 then backward with the fused optimizer — and are timed alone (CUDA events on a
 GPU, wall clock on CPU). The dense part (bottom MLP, feature interaction by
 concatenation, top MLP, BCE loss, backward, optimizer step) runs on one rank's
-local batch, as every data-parallel rank would, and is timed too. An
+local batch, as every data-parallel rank would, and is timed too, on the pooled
+embeddings as a tensor of their own: assembling them from the shards' outputs
+(and its backward) is the all-to-all's work, not the dense part's, and would
+otherwise grow with the plan's shard count (it did, up to 63 ms against 5-10 ms
+of dense work, in the 2026-11-26 H200 run). An
 iteration's time is
 
     dense + max over ranks (embedding fwd + bwd + modelled all-to-all),
@@ -132,30 +136,39 @@ def run_loop(plan: Plan, profile_name: str, estimator: PlanEstimator | None = No
     losses = []
     for it in range(warmup + iterations):
         k = it % DISTINCT_BATCHES
+        # Who goes first turns each iteration: on the H200 the rank timed first after the dense step ran
+        # 1.4x the others (median, every plan of the 2026-11-26 run), whichever rank it was; turned, that
+        # penalty falls on each rank in 1 of n iterations and the median over iterations leaves it out.
+        order = [(it + j) % n for j in range(n)]
         dense = torch.from_numpy(rng.normal(size=(local, DENSE_FEATURES)).astype(np.float32)).to(device)
         labels = ((dense @ w) > 0).float()
         outs, t_fwd = [], np.zeros(n)
-        for r, rank in enumerate(ranks):
-            for tbe, inputs, places in rank.groups:
+        for r in order:
+            for tbe, inputs, places in ranks[r].groups:
                 out, ms = timed(lambda: tbe(*inputs[k]))
                 outs.append((r, out, places))
                 t_fwd[r] += ms
+        # The shards' outputs become the tables' pooled embeddings (column blocks at their offset, row
+        # slices added up): the all-to-all's work, modelled as comm, so it stays out of every timing.
         pooled = {name: torch.zeros(local, d, device=device) for name, d in dims.items()}
-        for _, out, places in outs:  # column blocks land at their offset; row slices add up
+        for _, out, places in outs:
             for table, col, cols, at in places:
                 pooled[table] = pooled[table] + nn.functional.pad(
                     out[:local, at:at + cols], (col, dims[table] - col - cols))
+        gathered = torch.cat([pooled[t.name] for t in task.tables], dim=1)
+        emb = gathered.detach().requires_grad_()  # what the dense part receives: the same for every plan
 
         def dense_step():
-            logits = top(torch.cat([bottom(dense)] + [pooled[t.name] for t in task.tables], dim=1)).squeeze(1)
+            logits = top(torch.cat([bottom(dense), emb], dim=1)).squeeze(1)
             loss = nn.functional.binary_cross_entropy_with_logits(logits, labels)
-            grads = torch.autograd.grad(loss, [o for _, o, _ in outs] + dense_params)
-            for p, g in zip(dense_params, grads[len(outs):]):
+            grads = torch.autograd.grad(loss, [emb] + dense_params)
+            for p, g in zip(dense_params, grads[1:]):
                 p.grad = g
             opt.step()
-            return loss, grads[:len(outs)]
+            return loss, grads[0]
 
-        (loss, out_grads), t_dense = timed(dense_step)
+        (loss, emb_grad), t_dense = timed(dense_step)
+        out_grads = torch.autograd.grad(gathered, [o for _, o, _ in outs], emb_grad)  # back through the glue
         t_bwd = np.zeros(n)
         for (r, out, _), g in zip(outs, out_grads):
             _, ms = timed(lambda: out.backward(g))  # the TBE backward with its fused optimizer
