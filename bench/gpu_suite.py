@@ -146,7 +146,8 @@ def report(df: pd.DataFrame, profile: str, out: Path) -> str:
     lines = [f"# Emulated-rank DLRM loop on `{profile}` ({dt.date.today()}, {machine_stamp()['cpu_model']})", "",
              "Embedding time = slowest rank's measured fwd+bwd + modelled comm; samples/s over the whole "
              "iteration (dense part included).", "",
-             "| searcher | tasks | geomean embedding time / TorchRec's | median samples/s |", "| --- | --- | --- | --- |"]
+             "| searcher | tasks | geomean embedding time / TorchRec's | median samples/s |",
+             "| --- | --- | --- | --- |"]
     if len(df) and "torchrec" in set(df.searcher):
         base = df[df.searcher == "torchrec"].set_index("task").embedding_ms
         for name, g in df.groupby("searcher"):
@@ -158,13 +159,21 @@ def report(df: pd.DataFrame, profile: str, out: Path) -> str:
     return text
 
 
-def rounds_report(runs: list[Path], out: Path, name: str, command: str) -> str:
+def rounds_report(runs: list[Path], out: Path, name: str, command: str, plans: Path | None = None,
+                  est: PlanEstimator | None = None) -> str:
     """Several ``run`` CSVs of the same plans (rounds) in one table: per searcher and round, the geometric
     mean of its measured embedding time over TorchRec's on the same task, over every rank and over the
     ranks after the first (the emulated loop's first-timed rank carried a penalty in runs before the
     rank order turned, see :mod:`shardplan.execute.dlrm_loop`), the embedding stage's samples/s (global
     batch / embedding time) and the iteration's as measured; then per task and the cost model's per-rank
-    error. Writes ``<out>/<name>.md``."""
+    error: as each run's CSV recorded it (where a neural model priced it), or, given ``plans`` (the plans
+    measured) and ``est``, as ``est`` prices them now. Writes ``<out>/<name>.md``."""
+    repriced = {}
+    if plans is not None and est is not None:
+        for path in sorted(plans.glob("*--*.json")):
+            plan = load_plan(path)
+            repriced[(plan.task.name, plan.search["searcher"])] = np.array(
+                [r.total_ms for r in est.estimate(plan).per_rank])
     lines = [f"# GPU suite, {len(runs)} round(s) of the same plans ({dt.date.today()})", "",
              f"Command: `{command}`", "",
              "Measured: every rank's FBGEMM forward + backward (fused SGD) on the GPU by CUDA events, median over "
@@ -191,9 +200,15 @@ def rounds_report(runs: list[Path], out: Path, name: str, command: str) -> str:
             for task, ms in g.all_ms.items():
                 per_task.setdefault(task, {}).setdefault(searcher, []).append(ms)
         for row, m in zip(df.itertuples(), measured):
-            if "neural" in str(row.predicted_by):
+            if repriced:
+                pred = repriced[(row.task, row.searcher)]
+            elif "neural" in str(row.predicted_by):
                 pred = np.array(json.loads(row.rank_predicted_ms))
-                errors.setdefault(row.searcher, []).extend(((pred - m) / m).tolist())
+            else:
+                continue
+            for first, e in enumerate(((pred - m) / m).tolist()):
+                errors.setdefault(row.searcher, []).append(e)
+                errors.setdefault(f"{row.searcher}, ranks after the first", []).extend([e] if first else [])
     searchers = sorted({s for v in per_task.values() for s in v})
     lines += ["", "Measured embedding time (ms) per task, each round:", "",
               "| task | " + " | ".join(searchers) + " |", "| --- |" + " --- |" * len(searchers)]
@@ -201,7 +216,8 @@ def rounds_report(runs: list[Path], out: Path, name: str, command: str) -> str:
         lines.append(f"| {task} | " + " | ".join(" / ".join(f"{x:.3f}" for x in per_task[task].get(s, []))
                                                   for s in searchers) + " |")
     if errors:
-        lines += ["", "Per-rank compute + comm predicted by the neural model beside measured (rounds it priced):", "",
+        by = est.compute_name if repriced else "the neural model the run recorded (rounds it priced)"
+        lines += ["", f"Per-rank compute + comm predicted by {by} beside measured:", "",
                   "| plans of | ranks | MAPE | median abs error | within 15% |", "| --- | --- | --- | --- | --- |"]
         for searcher, e in sorted(errors.items()):
             a = np.abs(np.array(e))
@@ -236,7 +252,9 @@ def main(argv: list[str] | None = None) -> None:
     elif args.stage == "rounds":
         if not args.runs:
             raise InputError("--runs", "names no run CSV", "give the CSVs that `run` wrote, one per round")
-        print(rounds_report(args.runs, out, args.name, "python bench/gpu_suite.py " + " ".join(argv or sys.argv[1:])))
+        plans = Path(args.plans) if args.plans != ap.get_default("plans") else None
+        print(rounds_report(args.runs, out, args.name, "python bench/gpu_suite.py " + " ".join(argv or sys.argv[1:]),
+                            plans, load_estimator(args.profile) if plans else None))
     else:
         df = run_suite(args.profile, Path(args.plans), args.iterations, args.max_seconds,
                        partial=out / f"gpu-suite-{args.profile}.partial.csv")

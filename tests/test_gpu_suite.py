@@ -29,6 +29,13 @@ def test_gpu_suite_plan_then_run_on_cpu(tmp_path, task_dict, load_script) -> Non
                 "--out", str(tmp_path / "out")])
     md = (tmp_path / "out" / "gpu-suite-cpu-2c.md").read_text()
     assert "| greedy-cost | 1 |" in md and "| torchrec | 1 | 1.000 |" in md
+    run = tmp_path / "out" / "gpu-suite-cpu-2c.csv"
+    # two rounds side by side, the plans priced again by the profile's committed model
+    suite.main(["rounds", "--profile", "cpu-2c", "--plans", str(tmp_path / "plans"), "--runs", str(run), str(run),
+                "--out", str(tmp_path / "out"), "--name", "r"])
+    rounds = (tmp_path / "out" / "r.md").read_text()
+    assert "| 2 | torchrec | 1 | 1.000 | 1.000 |" in rounds and "| 1 | greedy-cost | 1 |" in rounds
+    assert "predicted by neural" in rounds and "| torchrec, ranks after the first | 2 |" in rounds
 
 
 def test_gpu_suite_plans_tasks_in_parallel_to_the_same_plans(tmp_path, task_dict, load_script) -> None:

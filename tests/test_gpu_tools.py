@@ -43,8 +43,9 @@ def test_check_runs_the_tbe_training_op(capsys) -> None:
 
 
 def test_lean_package_drops_the_libraries_from_the_loader_list_too(tmp_path) -> None:
-    init = 'libs = [\n    "fbgemm_gpu_config",\n    "fbgemm_gpu_tbe_inference",\n    "fbgemm_gpu_tbe_training_backward",\n' \
-           '    "fbgemm_gpu_tbe_training_backward_vbe",\n    "fbgemm_gpu_py",\n]\n'
+    init = ('libs = [\n    "fbgemm_gpu_config",\n    "fbgemm_gpu_tbe_inference",\n'
+            '    "fbgemm_gpu_tbe_training_backward",\n    "fbgemm_gpu_tbe_training_backward_vbe",\n'
+            '    "fbgemm_gpu_py",\n]\n')
     lean = fbgemm_parts.lean_init(init)
     assert '"fbgemm_gpu_tbe_inference"' not in lean and '"fbgemm_gpu_tbe_training_backward_vbe"' not in lean
     assert all(f'"{k}"' in lean for k in ("fbgemm_gpu_config", "fbgemm_gpu_tbe_training_backward", "fbgemm_gpu_py"))

@@ -136,9 +136,9 @@ def run_loop(plan: Plan, profile_name: str, estimator: PlanEstimator | None = No
     losses = []
     for it in range(warmup + iterations):
         k = it % DISTINCT_BATCHES
-        # Who goes first turns each iteration: on the H200 the rank timed first after the dense step ran
-        # 1.4x the others (median, every plan of the 2026-11-26 run), whichever rank it was; turned, that
-        # penalty falls on each rank in 1 of n iterations and the median over iterations leaves it out.
+        # Who goes first turns each iteration: on the H200 the rank timed first in an iteration ran 1.3-1.5x
+        # the others' median (the 2026-11-26 run, every rank 0 then); turned, that penalty falls on each
+        # rank in 1 of n iterations, which the median over iterations leaves out for n >= 3.
         order = [(it + j) % n for j in range(n)]
         dense = torch.from_numpy(rng.normal(size=(local, DENSE_FEATURES)).astype(np.float32)).to(device)
         labels = ((dense @ w) > 0).float()
