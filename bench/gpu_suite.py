@@ -233,6 +233,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("stage", choices=["plan", "run", "rounds"])
     ap.add_argument("--runs", nargs="+", type=Path, help="`rounds`: the run CSVs to put side by side")
     ap.add_argument("--name", default="gpu-suite-rounds", help="`rounds`: the results file's name")
+    ap.add_argument("--reprice", type=Path, help="`rounds`: the measured plans, priced again by --profile's model")
     ap.add_argument("--profile", default="h200")
     ap.add_argument("--suite", default="data/tasks/gpu-bench")
     ap.add_argument("--searchers", default=DEFAULT_SEARCHERS)
@@ -252,9 +253,8 @@ def main(argv: list[str] | None = None) -> None:
     elif args.stage == "rounds":
         if not args.runs:
             raise InputError("--runs", "names no run CSV", "give the CSVs that `run` wrote, one per round")
-        plans = Path(args.plans) if args.plans != ap.get_default("plans") else None
         print(rounds_report(args.runs, out, args.name, "python bench/gpu_suite.py " + " ".join(argv or sys.argv[1:]),
-                            plans, load_estimator(args.profile) if plans else None))
+                            args.reprice, load_estimator(args.profile) if args.reprice else None))
     else:
         df = run_suite(args.profile, Path(args.plans), args.iterations, args.max_seconds,
                        partial=out / f"gpu-suite-{args.profile}.partial.csv")

@@ -31,7 +31,7 @@ def test_gpu_suite_plan_then_run_on_cpu(tmp_path, task_dict, load_script) -> Non
     assert "| greedy-cost | 1 |" in md and "| torchrec | 1 | 1.000 |" in md
     run = tmp_path / "out" / "gpu-suite-cpu-2c.csv"
     # two rounds side by side, the plans priced again by the profile's committed model
-    suite.main(["rounds", "--profile", "cpu-2c", "--plans", str(tmp_path / "plans"), "--runs", str(run), str(run),
+    suite.main(["rounds", "--profile", "cpu-2c", "--reprice", str(tmp_path / "plans"), "--runs", str(run), str(run),
                 "--out", str(tmp_path / "out"), "--name", "r"])
     rounds = (tmp_path / "out" / "r.md").read_text()
     assert "| 2 | torchrec | 1 | 1.000 | 1.000 |" in rounds and "| 1 | greedy-cost | 1 |" in rounds
