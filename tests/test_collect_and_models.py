@@ -215,6 +215,11 @@ def test_train_round_trip_on_a_tiny_collected_sample(tmp_path):
     assert (tmp_path / "reference.json").exists() and (tmp_path / "compute-model-report.md").exists()
     f, b = model.predict([specs_from_json(df.shards.iloc[0])])
     assert f[0] > 0 and b[0] > 0
+    # too few sets to train on is refused at the door, naming the file and the fix
+    (tmp_path / "few").mkdir()
+    df.head(3).to_parquet(tmp_path / "few" / "compute.parquet")
+    with pytest.raises(InputError, match="collect more"):
+        train_and_report(prof, epochs=1, data_dir=tmp_path / "few", progress=False)
     # a GPU profile learns its labels as timed: no slowdown divided out, so no raw-label split either
     gpu = train_and_report(get_profile("h100"), epochs=3, data_dir=tmp_path, out_dir=tmp_path / "h100",
                            progress=False, context_totals=True)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole GPU job inside one device call of at most 10 minutes:
-#   install -> collect -> train -> plan -> suite, under one deadline, then everything it wrote bundled
+# The whole GPU job inside one device call of at most 10 minutes: job.sh's stages ($STAGES; by default
+#   install -> collect -> train -> plan -> suite) under one deadline, then everything they wrote bundled
 #   into one file (the device tool brings back at most 8 files).
 #
 #   bash scripts/gpu/lease.sh RESULTS_DIR      (on the GPU machine, after the earlier parts were unpacked)
@@ -15,17 +15,27 @@ export OUT=${WORK_OUT:-/tmp/gpuout}
 mkdir -p "$OUT" "$RESULTS"
 export PROFILE=${PROFILE:-$(python3 -c "import torch; print('h200' if 'H200' in torch.cuda.get_device_name(0) else 'h100')")}
 start=$(date +%s)
+# STAGES: job.sh's stages in order (the first run's: install, collect, train, plan, suite; with the
+# committed h200 model a later lease can skip train and plan and carry every searcher's plans instead).
+# `install` failing ends the job; `plan` runs only after `train` succeeded when both are listed.
+export STAGES=${STAGES:-install collect train plan suite}
 timeout "${DEADLINE_S:-550}" bash -c '
   set -uo pipefail
-  job() { bash scripts/gpu/job.sh "$@"; }
-  if [ "${INSTALL:-1}" = 1 ]; then job install || exit 3; fi
-  job collect
-  job train && job plan
-  job suite
+  trained=1
+  for stage in $STAGES; do
+    case $stage in
+      install) bash scripts/gpu/job.sh install || exit 3 ;;
+      train) bash scripts/gpu/job.sh train || trained=0 ;;
+      plan) [ "$trained" = 1 ] && bash scripts/gpu/job.sh plan ;;
+      *) bash scripts/gpu/job.sh "$stage" ;;
+    esac
+  done
 ' > "$OUT/log.txt" 2>&1
 rc=$?
 echo "job rc $rc after $(( $(date +%s) - start )) s on $PROFILE" >> "$OUT/log.txt"
-cp "${STATE:-/tmp/shardplan-gpu}/compute.parquet" "$OUT/" 2>/dev/null  # what was collected, even if cut short
+for f in compute.parquet compute-large.parquet; do  # what was collected, even if cut short
+  cp "${STATE:-/tmp/shardplan-gpu}/$f" "$OUT/" 2>/dev/null
+done
 tar -czf "$RESULTS/gpu-results.tgz" -C "$OUT" .
 # the log without progress bars, for the call's output
 tr '\r' '\n' < "$OUT/log.txt" | grep -v -E '[0-9]+it/s|s/it|it \[' | tail -60

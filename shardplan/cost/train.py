@@ -162,6 +162,10 @@ def metrics(pred_f: np.ndarray, pred_b: np.ndarray, fwd: np.ndarray, bwd: np.nda
     return out
 
 
+# Fewer random sets than this cannot make a model (a GPU lease cut short may have collected a handful).
+MIN_TRAIN_SETS = 10
+
+
 def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_dir: Path | None = None,
                      out_dir: Path | None = None, progress: bool = True,
                      random_level: bool = True, split_batches: bool = True,
@@ -193,6 +197,11 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     hold = holdout_mask(df)
     tr = np.flatnonzero(~hold)
     te = np.flatnonzero(hold)
+    if len(te) == 0 or len(tr) < MIN_TRAIN_SETS:
+        raise InputError(str(data_dir / "compute.parquet"),
+                         f"holds {len(df)} timed sets: {len(tr)} to train on and {len(te)} held out",
+                         f"collect more (at least {MIN_TRAIN_SETS} to train on and one held out): "
+                         f"shardplan collect compute --profile {profile.name}")
     pick = lambda idx, from_=sets: [from_[i] for i in idx]  # noqa: E731
     train_sets, train_f, train_b = pick(tr), fwd[tr], bwd[tr]
 
