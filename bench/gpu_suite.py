@@ -124,14 +124,13 @@ def run_suite(profile: str, plans: Path, iterations: int, max_seconds: float | N
         plan = load_plan(path)
         name = plan.search["searcher"]
         r = run_loop(plan, profile, est, iterations=iterations, name=name)
-        per_rank = [f + b + c for f, b, c in zip(r.rank_fwd_ms, r.rank_bwd_ms, r.rank_comm_ms)]
         rows.append({"task": plan.task.name, "searcher": name, "planned": True, "ranks": plan.task.topology.world_size,
                      "embedding_ms": r.embedding_ms, "dense_ms": r.dense_ms, "iteration_ms": r.iteration_ms,
                      "samples_per_s": r.samples_per_s, "predicted_ms": max(r.predicted_rank_ms),
-                     "rank_imbalance": r.embedding_ms / np.mean(per_rank),
+                     "rank_imbalance": r.embedding_ms / np.mean(r.rank_ms),
                      "loss_first": r.losses[0], "loss_last": r.losses[-1], "planning_s": plan.search["seconds"],
                      "plan_cost_model": plan.search.get("cost_model", ""), "predicted_by": est.compute_name,
-                     "rank_measured_ms": json.dumps([round(x, 4) for x in per_rank]),
+                     "rank_measured_ms": json.dumps([round(x, 4) for x in r.rank_ms]),
                      "rank_predicted_ms": json.dumps([round(x, 4) for x in r.predicted_rank_ms]),
                      "device": r.device})
         print(f"{plan.task.name} {name}: embedding {r.embedding_ms:.3f} ms, {r.samples_per_s:,.0f} samples/s")
@@ -168,6 +167,8 @@ def rounds_report(runs: list[Path], out: Path, name: str, command: str, plans: P
     batch / embedding time) and the iteration's as measured; then per task and the cost model's per-rank
     error: as each run's CSV recorded it (where a neural model priced it), or, given ``plans`` (the plans
     measured) and ``est``, as ``est`` prices them now. Writes ``<out>/<name>.md``."""
+    from shardplan.execute.bench import geomean_vs  # as in plan_report: the `run` stage's imports stay lean
+
     repriced = {}
     if plans is not None and est is not None:
         for path in sorted(plans.glob("*--*.json")):
@@ -190,14 +191,13 @@ def rounds_report(runs: list[Path], out: Path, name: str, command: str, plans: P
         df["all_ms"] = [m.max() for m in measured]
         df["after_first_ms"] = [m[1:].max() if len(m) > 1 else m.max() for m in measured]
         df["stage_sps"] = df.samples_per_s * df.iteration_ms / df.all_ms  # = global batch / embedding time
-        base = df[df.searcher == "torchrec"].set_index("task")
+        ratio = {col: geomean_vs(df, column=col).set_index("searcher")["geomean_vs_torchrec"]
+                 for col in ("all_ms", "after_first_ms")}
         for searcher, g in df.groupby("searcher"):
-            g = g.set_index("task")
-            common = g.index.intersection(base.index)
-            ratio = lambda col: float(np.exp(np.mean(np.log(g.loc[common, col] / base.loc[common, col]))))  # noqa: E731
-            lines.append(f"| {k} | {searcher} | {len(g)} | {ratio('all_ms'):.3f} | {ratio('after_first_ms'):.3f} | "
-                         f"{g.stage_sps.median():,.0f} | {g.samples_per_s.median():,.0f} |")
-            for task, ms in g.all_ms.items():
+            lines.append(f"| {k} | {searcher} | {len(g)} | {ratio['all_ms'][searcher]:.3f} | "
+                         f"{ratio['after_first_ms'][searcher]:.3f} | {g.stage_sps.median():,.0f} | "
+                         f"{g.samples_per_s.median():,.0f} |")
+            for task, ms in zip(g.task, g.all_ms):
                 per_task.setdefault(task, {}).setdefault(searcher, []).append(ms)
         for row, m in zip(df.itertuples(), measured):
             if repriced:

@@ -225,11 +225,13 @@ def xz(data: bytes, preset: int) -> bytes:
 
 
 def _unpack_one(part: Path, target: Path) -> str:
+    """Extract one part unless its marker says it was; what was done, or "" for nothing."""
     marker = target / f".unpacked-{part.name}"
-    if not marker.exists():
-        with tarfile.open(part, mode="r:xz") as tar:
-            tar.extractall(target, filter="data")
-        marker.write_text("ok\n")
+    if marker.exists():
+        return ""
+    with tarfile.open(part, mode="r:xz") as tar:
+        tar.extractall(target, filter="data")
+    marker.write_text("ok\n")
     return f"unpacked {part.name} into {target}"
 
 
@@ -239,7 +241,8 @@ def unpack(parts: list[Path], target: Path) -> None:
     target.mkdir(parents=True, exist_ok=True)
     with ProcessPoolExecutor(max_workers=min(len(parts), os.cpu_count() or 1) or 1) as pool:
         for line in pool.map(_unpack_one, parts, [target] * len(parts)):
-            print(line)
+            if line:
+                print(line)
     join_chunks(target)
 
 

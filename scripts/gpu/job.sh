@@ -25,6 +25,8 @@ export PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:Tr
 profile() { python3 -c "import torch; print('h200' if 'H200' in torch.cuda.get_device_name(0) else 'h100')"; }
 for stage in "$@"; do
   case $stage in
+    profile)
+      profile ;;  # which GPU profile this machine is (lease.sh asks once for all its stages)
     unpack)
       python3 scripts/gpu/fbgemm_parts.py unpack "$PARTS"/part-*.tar.xz --target "$TARGET" ;;
     install)
@@ -68,6 +70,7 @@ for stage in "$@"; do
     suite)
       python3 bench/gpu_suite.py run --profile "${PROFILE:-$(profile)}" --plans build/gpu-plans --out "$OUT" \
           --iterations "${ITERATIONS:-20}" ${SUITE_SECONDS:+--max-seconds "$SUITE_SECONDS"} ;;
-    *) echo "unknown stage $stage (unpack, install, collect, collect-large, train, plan, suite)" >&2; exit 2 ;;
+    *) echo "unknown stage $stage (profile, unpack, install, collect, collect-large, train, plan, suite)" >&2
+       exit 2 ;;
   esac
 done

@@ -13,7 +13,7 @@ set -uo pipefail
 RESULTS=${1:?usage: lease.sh RESULTS_DIR}
 export OUT=${WORK_OUT:-/tmp/gpuout}
 mkdir -p "$OUT" "$RESULTS"
-export PROFILE=${PROFILE:-$(python3 -c "import torch; print('h200' if 'H200' in torch.cuda.get_device_name(0) else 'h100')")}
+export PROFILE=${PROFILE:-$(bash scripts/gpu/job.sh profile)}
 start=$(date +%s)
 # STAGES: job.sh's stages in order (the first run's: install, collect, train, plan, suite; with the
 # committed h200 model a later lease can skip train and plan and carry every searcher's plans instead).

@@ -60,9 +60,14 @@ class LoopResult:
     losses: list[float] = field(default_factory=list)
 
     @property
+    def rank_ms(self) -> list[float]:
+        """Each rank's embedding compute + comm."""
+        return [f + b + c for f, b, c in zip(self.rank_fwd_ms, self.rank_bwd_ms, self.rank_comm_ms)]
+
+    @property
     def embedding_ms(self) -> float:
         """The slowest rank's embedding compute + comm: what sharding decides."""
-        return max(f + b + c for f, b, c in zip(self.rank_fwd_ms, self.rank_bwd_ms, self.rank_comm_ms))
+        return max(self.rank_ms)
 
     @property
     def iteration_ms(self) -> float:
