@@ -185,6 +185,7 @@ def rounds_report(runs: list[Path], out: Path, name: str, command: str, plans: P
              "| --- | --- | --- | --- | --- | --- | --- |"]
     per_task: dict[str, dict[str, list[float]]] = {}
     errors: dict[str, list[float]] = {}
+    loop_stats: dict[str, tuple[list[np.ndarray], list[float]]] = {}  # per searcher: ranks' ms, dense ms
     for k, path in enumerate(runs, 1):
         df = pd.read_csv(path)
         measured = [np.array(json.loads(m)) for m in df.rank_measured_ms]
@@ -200,6 +201,9 @@ def rounds_report(runs: list[Path], out: Path, name: str, command: str, plans: P
             for task, ms in zip(g.task, g.all_ms):
                 per_task.setdefault(task, {}).setdefault(searcher, []).append(ms)
         for row, m in zip(df.itertuples(), measured):
+            stats = loop_stats.setdefault(row.searcher, ([], []))
+            stats[0].append(m)
+            stats[1].append(row.dense_ms)
             if repriced:
                 pred = repriced[(row.task, row.searcher)]
             elif "neural" in str(row.predicted_by):
@@ -210,6 +214,17 @@ def rounds_report(runs: list[Path], out: Path, name: str, command: str, plans: P
                 errors.setdefault(row.searcher, []).append(e)
                 errors.setdefault(f"{row.searcher}, ranks after the first", []).extend([e] if first else [])
     searchers = sorted({s for v in per_task.values() for s in v})
+    lines += ["", "What the emulated loop measured besides, all rounds: the first-timed rank over the median of the "
+              "others (its penalty in runs before the order turned), the ranks after the first (10th-90th "
+              "percentile) and the dense part's time as recorded:", "",
+              "| searcher | first rank / median of the others (median over plans) | ranks after the first, ms | "
+              "dense ms |", "| --- | --- | --- | --- |"]
+    for searcher in searchers:
+        ms, dense = loop_stats[searcher]
+        first = np.median([m[0] / np.median(m[1:]) for m in ms if len(m) > 1])
+        after = np.concatenate([m[1:] for m in ms])
+        lines.append(f"| {searcher} | {first:.2f} | {np.percentile(after, 10):.2f}-{np.percentile(after, 90):.2f} | "
+                     f"{min(dense):.1f}-{max(dense):.1f} |")
     lines += ["", "Measured embedding time (ms) per task, each round:", "",
               "| task | " + " | ".join(searchers) + " |", "| --- |" + " --- |" * len(searchers)]
     for task in sorted(per_task):

@@ -50,3 +50,10 @@ def test_gpu_suite_plans_tasks_in_parallel_to_the_same_plans(tmp_path, task_dict
         one, two = (load_plan(tmp_path / f"plans{j}" / f"t{k}--greedy-cost.json") for j in (1, 2))
         assert one.search["cost_model"] == two.search["cost_model"]
         assert one.tables == two.tables
+
+
+def test_gpu_labels_reads_the_committed_h200_data(tmp_path, load_script) -> None:
+    labels = load_script("bench/gpu_labels.py")
+    labels.main(["--profile", "h200", "--draw", "50", "--out", str(tmp_path)])
+    md = (tmp_path / "gpu-labels-h200.md").read_text()
+    assert "15601 sets" in md and "| published roofline / measured fwd+bwd (50 sets, seed 0) |" in md
