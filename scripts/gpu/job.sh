@@ -2,7 +2,7 @@
 # The whole GPU job, run on the lent GPU machine from the repository root, in stages so that each
 # device call stays under its time limit:  bash scripts/gpu/job.sh install collect train plan suite
 #
-# Carried in (prepared on CPU first; see README "The GPU job"):
+# Carried in (prepared on CPU first; see docs/gpu.md):
 #   build/fbgemm-parts/part-*.tar.xz   fbgemm-gpu 1.6.0 in parts (scripts/gpu/fbgemm_parts.py pack
 #                                      --keep-arch 90: 78 MiB); a call can carry some of them ($PARTS) and
 #                                      run `unpack` alone: a machine that stays warm keeps what was unpacked
