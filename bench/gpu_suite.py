@@ -35,11 +35,13 @@ from shardplan.search import get_searcher
 DEFAULT_SEARCHERS = "torchrec,neuroshard,neuroshard-tw,greedy-cost,greedy-lookup,greedy-size"
 
 
-def _plan_task(path: Path, searchers: list[str], out: Path, est: PlanEstimator | str) -> list[dict]:
+def _plan_task(path: Path, searchers: list[str], out: Path,
+               est: PlanEstimator | tuple[str, Path | None]) -> list[dict]:
     """One task planned by every searcher; its plans saved to ``out``, one row per searcher.
-    ``est``: an estimator, or a profile name whose committed one this (worker) process loads."""
-    if isinstance(est, str):
-        est = load_estimator(est)
+    ``est``: an estimator, or the (profile, model file or None for its committed one) this (worker)
+    process loads."""
+    if isinstance(est, tuple):
+        est = load_estimator(*est)
     task = load_task(path)
     rows = []
     for name in searchers:
@@ -56,11 +58,13 @@ def _plan_task(path: Path, searchers: list[str], out: Path, est: PlanEstimator |
     return rows
 
 
-def plan_suite(est: PlanEstimator, suite: Path, searchers: list[str], out: Path, jobs: int = 1) -> pd.DataFrame:
+def plan_suite(est: PlanEstimator, suite: Path, searchers: list[str], out: Path, jobs: int = 1,
+               model: Path | None = None) -> pd.DataFrame:
     """Plan every task with every searcher (on this machine: TorchRec and the cost models run on CPU);
     one row a (task, searcher): the plan's predicted cost, or why there is none. ``jobs`` > 1 plans that
     many tasks at once, each in a process of its own with one thread (a plan does not depend on it: the
-    searchers are bounded by work, not time), loading ``est``'s profile's committed model."""
+    searchers are bounded by work, not time), loading ``model``, ``est``'s model file (default: its
+    profile's committed one)."""
     out.mkdir(parents=True, exist_ok=True)
     paths = sorted(suite.glob("*.json"))
     if jobs > 1:
@@ -68,7 +72,7 @@ def plan_suite(est: PlanEstimator, suite: Path, searchers: list[str], out: Path,
 
         with ProcessPoolExecutor(max_workers=jobs, initializer=_one_thread) as pool:
             per_task = list(pool.map(_plan_task, paths, [searchers] * len(paths), [out] * len(paths),
-                                     [est.profile] * len(paths)))
+                                     [(est.profile, model)] * len(paths)))
     else:
         per_task = [_plan_task(path, searchers, out, est) for path in paths]
     return pd.DataFrame([r for rows in per_task for r in rows],
@@ -250,6 +254,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--name", default="gpu-suite-rounds", help="`rounds`: the results file's name")
     ap.add_argument("--reprice", type=Path, help="`rounds`: the measured plans, priced again by --profile's model")
     ap.add_argument("--profile", default="h200")
+    ap.add_argument("--model", type=Path, help="`plan`, `rounds --reprice`: this compute model file instead of "
+                                               "the profile's committed one (a candidate)")
     ap.add_argument("--suite", default="data/tasks/gpu-bench")
     ap.add_argument("--searchers", default=DEFAULT_SEARCHERS)
     ap.add_argument("--plans", default="build/gpu-plans", help="where `plan` writes and `run` reads the plans")
@@ -261,15 +267,15 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.stage == "plan":
-        est = load_estimator(args.profile)
-        df = plan_suite(est, Path(args.suite), args.searchers.split(","), Path(args.plans), args.jobs)
+        est = load_estimator(args.profile, args.model)
+        df = plan_suite(est, Path(args.suite), args.searchers.split(","), Path(args.plans), args.jobs, args.model)
         print(plan_report(df, args.profile, est.compute_name, out))
         print(f"plans in {args.plans}")
     elif args.stage == "rounds":
         if not args.runs:
             raise InputError("--runs", "names no run CSV", "give the CSVs that `run` wrote, one per round")
         print(rounds_report(args.runs, out, args.name, "python bench/gpu_suite.py " + " ".join(argv or sys.argv[1:]),
-                            args.reprice, load_estimator(args.profile) if args.reprice else None))
+                            args.reprice, load_estimator(args.profile, args.model) if args.reprice else None))
     else:
         df = run_suite(args.profile, Path(args.plans), args.iterations, args.max_seconds,
                        partial=out / f"gpu-suite-{args.profile}.partial.csv")

@@ -3,8 +3,9 @@
 ``shardplan train`` = :func:`train_and_report`: load the profile's
 ``compute.parquet`` (and ``compute-ranks.parquet``, whole ranks of real plans,
 when present; held out by task; and ``compute-plan-groups.parquet``, ranks of a
-task's plans timed together, learnt for their ratios within the task), divide each sample's times by the machine's slowdown while
-it was taken (read off the reference workload timed beside it), split it deterministically (a sample is held out when a
+task's plans timed together, learnt for their ratios within the task), put each sample's times on one state of the
+machine (read off the reference workload timed beside it: on a CPU divided by the slowdown, on a GPU less the
+host's launch jitter, :mod:`.host_state`), split it deterministically (a sample is held out when a
 hash of its seed and index falls in the last 15%), fit the neural model and the
 two baselines on the training part, score all three on the held-out part and
 on ``compute-large.parquet`` (sets larger than any in training), save the
@@ -24,6 +25,7 @@ from scipy.stats import spearmanr
 from ..errors import InputError
 from ..formats import write_json_atomic, write_text_atomic
 from .baselines import GBMCostModel, RooflineCostModel
+from .host_state import HostStateAdjustment, reference_ms
 from .kernel import REFERENCE_SPECS, slowdown
 from .model import NeuralCostModel, check_context_code
 from .profiles import Profile
@@ -189,8 +191,9 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     data_dir = data_dir or profile.dir
     out_dir = out_dir or data_dir
     nominal = reference_nominal(pd.read_parquet(data_dir / "compute.parquet", columns=["ref_before_ms", "ref_after_ms"]))
-    # A shared CPU VM drifts, and its labels are divided by the slowdown the reference shows. A lent GPU
-    # does not drift that way, and its reference (a fraction of a ms) reads launch jitter: raw labels.
+    # A shared CPU VM drifts, and its labels are divided by the slowdown the reference shows. On a lent
+    # GPU the reference (a fraction of a ms) reads the host's launch jitter, which only short ops feel:
+    # the labels lose the share of it each op's length shows on the training split (host_state.py).
     divisor = nominal if profile.device == "cpu" else None
     sets, fwd, bwd, df = load_sets(data_dir / "compute.parquet", divisor)
     raw_f, raw_b = df["fwd_ms"].to_numpy(), df["bwd_ms"].to_numpy()
@@ -203,6 +206,11 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                          f"collect more (at least {MIN_TRAIN_SETS} to train on and one held out): "
                          f"shardplan collect compute --profile {profile.name}")
     pick = lambda idx, from_=sets: [from_[i] for i in idx]  # noqa: E731
+    host_state = None
+    if divisor is None:
+        ref = reference_ms(df)
+        host_state = HostStateAdjustment.fit(pick(tr), fwd[tr], bwd[tr], ref[tr], seed=seed)
+        fwd, bwd = host_state.apply(sets, fwd, bwd, ref)
     train_sets, train_f, train_b = pick(tr), fwd[tr], bwd[tr]
 
     def add_plan_level(sets_: list[list[ShardSpec]], f_: np.ndarray, b_: np.ndarray, hold: np.ndarray
@@ -291,7 +299,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
 
     evals: dict[str, dict[str, Any]] = {}
     splits = {"holdout": (pick(te), fwd[te], bwd[te])}
-    if divisor is not None:
+    if divisor is not None or host_state is not None:
         splits["holdout, raw labels (machine drift left in)"] = (pick(te), raw_f[te], raw_b[te])
     if rank_split is not None:
         splits["holdout plan ranks (whole ranks of real plans, tasks not trained on)"] = rank_split
@@ -300,7 +308,9 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
             splits[MIX_SPLITS[recipe]] = mix_split
     large_path = data_dir / "compute-large.parquet"
     if large_path.exists():
-        lsets, lf, lb, _ = load_sets(large_path, divisor)
+        lsets, lf, lb, ldf = load_sets(large_path, divisor)
+        if host_state is not None:  # the same adjustment as the sets trained on
+            lf, lb = host_state.apply(lsets, lf, lb, reference_ms(ldf))
         splits["larger_sets"] = (lsets, lf, lb)
     # the random collector's sets are scored at their own level; plan ranks at the predicted one
     random_splits = {"holdout", "holdout, raw labels (machine drift left in)", "larger_sets"}
@@ -352,9 +362,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         "labels": ("measured ms divided by the machine's slowdown during the sample: the mean of the "
                    "reference workload's times just before and after it, over the quiet reference "
                    f"(the {REFERENCE_PERCENTILE}th percentile of all reference times, {nominal:.4f} ms)"
-                   if divisor is not None else
-                   "measured ms as timed (CUDA events), undivided: the reference workload timed beside each "
-                   "sample is recorded, not divided out"),
+                   if divisor is not None else host_state.describe()),
+        **({"host_state": host_state.summary()} if host_state is not None else {}),
         "evaluation": evals,
         "random_level": ({"learnt": True, "log_offset_fwd_bwd": neural.random_offset.tolist(),
                           "note": "random sets are scored at their own level; plan ranks and searchers at plan ranks'"}
@@ -394,7 +403,7 @@ def report_markdown(meta: dict[str, Any]) -> str:
                 "level." if "train_group_samples" in meta else ""),
              "All targets are measured kernel times; every figure below compares a model's "
              "prediction with them. Labels: " + meta["labels"] + "."
-             + (" The raw-label split shows the same held-out sets against the undivided times."
+             + (" The raw-label split shows the same held-out sets against the times as measured."
                 if any(k.startswith("holdout, raw") for k in meta["evaluation"]) else ""), ""]
     for split, ev in meta["evaluation"].items():
         lines += [f"## {split}: {ev['n']} sets of {ev['num_shards'][0]} to {ev['num_shards'][1]} shards", "",

@@ -1,0 +1,116 @@
+"""Taking the host's launch jitter out of GPU cost labels.
+
+A small FBGEMM op on a GPU waits on its kernel launches, so how busy the host
+CPU is while a sample is timed shows in the sample: on the lent H200 the
+reference workload timed beside every sample (itself a small TBE forward and
+backward) read 0.88-1.55x its median (10th-90th percentile), and the
+committed model's held-out error moved with it (correlation -0.57 in log).
+A long op hides the launches behind its kernels, and the effect fades with
+the op's length. A CPU profile divides its labels by the reference's
+slowdown instead: there the whole machine slows, and every op with it.
+
+:class:`HostStateAdjustment` reads, per op (forward, backward) and per band
+of the op's length, how many ms a sample gains per ms the reference ran over
+its median, by regressing a gradient-boosting model's residuals on the
+training split alone (each set priced by a model fitted without it); :meth:`HostStateAdjustment.apply` subtracts that
+share of each sample's reference excess. Labels so adjusted are at the
+collection's median host state, which is the state a typical training step
+meets, not its quietest.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .baselines import GBMCostModel
+from .specs import ShardSpec
+
+# Bands of an op's length (ms, as the gradient-boosting model predicts it: a label's own length would
+# select on its noise). The lent H200's ops ran 0.15-10 ms.
+BAND_EDGES_MS = (0.5, 1.0, 2.0)
+# A band with fewer training samples than this is left unadjusted.
+MIN_BAND_SAMPLES = 200
+# Residuals are read off models that did not see the set (k-fold over the training split).
+FOLDS = 4
+
+
+def _out_of_fold(sets: list[list[ShardSpec]], fwd_ms: np.ndarray, bwd_ms: np.ndarray, seed: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Each set's times as predicted by a model not trained on it: a model's residuals on its own training
+    sets are shrunk by what it memorised of their noise, the jitter among it."""
+    fold = np.random.default_rng(seed).permutation(len(sets)) % FOLDS
+    pred_f, pred_b = np.empty(len(sets)), np.empty(len(sets))
+    for k in range(FOLDS):
+        fit, out = np.flatnonzero(fold != k), np.flatnonzero(fold == k)
+        model = GBMCostModel(seed=seed).fit([sets[i] for i in fit], fwd_ms[fit], bwd_ms[fit])
+        pred_f[out], pred_b[out] = model.predict([sets[i] for i in out])
+    return pred_f, pred_b
+
+
+def reference_ms(df: pd.DataFrame) -> np.ndarray:
+    """Each sample's reference time: the geometric mean of the reference timed just before and after it."""
+    return np.sqrt(df["ref_before_ms"].to_numpy() * df["ref_after_ms"].to_numpy())
+
+
+@dataclass
+class HostStateAdjustment:
+    """ms a sample gains per ms of reference excess, per op and band of the op's length (never below 0:
+    jitter only adds time)."""
+
+    median_reference_ms: float
+    fwd_gain: np.ndarray
+    bwd_gain: np.ndarray
+    band_samples: dict[str, list[int]]
+    _reader: GBMCostModel
+
+    @classmethod
+    def fit(cls, sets: list[list[ShardSpec]], fwd_ms: np.ndarray, bwd_ms: np.ndarray, ref_ms: np.ndarray,
+            seed: int = 0) -> "HostStateAdjustment":
+        """Fit on the training split (``sets`` and their labels and reference times, nothing held out)."""
+        pred_f, pred_b = _out_of_fold(sets, fwd_ms, bwd_ms, seed)
+        reader = GBMCostModel(seed=seed).fit(sets, fwd_ms, bwd_ms)  # bands the sets apply() is given
+        median = float(np.median(ref_ms))
+        excess = ref_ms - median
+        gains, counts = {}, {}
+        for op, pred, label in (("fwd", pred_f, fwd_ms), ("bwd", pred_b, bwd_ms)):
+            band = np.searchsorted(BAND_EDGES_MS, pred, side="right")
+            gains[op], counts[op] = [], []
+            for k in range(len(BAND_EDGES_MS) + 1):
+                rows = band == k
+                counts[op].append(int(rows.sum()))
+                if rows.sum() < MIN_BAND_SAMPLES:
+                    gains[op].append(0.0)
+                    continue
+                design = np.column_stack([excess[rows], np.ones(int(rows.sum()))])
+                slope = np.linalg.lstsq(design, (label - pred)[rows], rcond=None)[0][0]
+                gains[op].append(max(float(slope), 0.0))
+        return cls(median, np.array(gains["fwd"]), np.array(gains["bwd"]), counts, reader)
+
+    def apply(self, sets: list[list[ShardSpec]], fwd_ms: np.ndarray, bwd_ms: np.ndarray, ref_ms: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+        """The labels at the median host state."""
+        pred_f, pred_b = self._reader.predict(sets)
+        excess = ref_ms - self.median_reference_ms
+        out = []
+        for pred, label, gain in ((pred_f, fwd_ms, self.fwd_gain), (pred_b, bwd_ms, self.bwd_gain)):
+            out.append(label - gain[np.searchsorted(BAND_EDGES_MS, pred, side="right")] * excess)
+        return out[0], out[1]
+
+    def summary(self) -> dict[str, Any]:
+        return {"median_reference_ms": self.median_reference_ms, "band_edges_ms": list(BAND_EDGES_MS),
+                "fwd_ms_per_reference_ms": [round(g, 4) for g in self.fwd_gain],
+                "bwd_ms_per_reference_ms": [round(g, 4) for g in self.bwd_gain],
+                "training_samples_per_band": self.band_samples,
+                "read_by": "gradient boosting (hand features) on the training split; its residuals regressed "
+                           "on the reference's excess over its median, band by band"}
+
+    def describe(self) -> str:
+        bands = ["<0.5", "0.5-1", "1-2", ">2"]
+        gains = ", ".join(f"{b} ms {f:.2f}/{g:.2f}" for b, f, g in zip(bands, self.fwd_gain, self.bwd_gain))
+        return (f"measured ms as timed (CUDA events), less the host's launch jitter: the reference workload's "
+                f"excess over its median ({self.median_reference_ms:.4f} ms) timed beside each sample, times "
+                f"the ms an op gains per ms of it, read per op and per band of the op's length on the training "
+                f"split (fwd/bwd: {gains})")

@@ -1,0 +1,49 @@
+"""Taking the host's launch jitter out of GPU labels: read on the training split, only where it shows."""
+import numpy as np
+import pytest
+
+from shardplan.cost.host_state import BAND_EDGES_MS, HostStateAdjustment
+from shardplan.cost.specs import ShardSpec
+
+
+def _jittered(n: int, gain: float, seed: int = 0):
+    """Sets whose ops take 0.2-5 ms; an op under 1 ms gains ``gain`` ms per ms the reference runs over its
+    median (a launch-bound op), a longer one nothing (its launches hide behind its kernels)."""
+    rng = np.random.default_rng(seed)
+    sets, base_f, base_b = [], [], []
+    for _ in range(n):
+        specs = [ShardSpec(f"t{i}", 1000, 0, 1000, int(rng.choice([8, 16, 32, 64, 128])),
+                           float(rng.uniform(1, 40)), 0.0, 1024) for i in range(int(rng.integers(1, 6)))]
+        work = sum(s.pooling_factor * s.cols for s in specs) / 2000.0
+        sets.append(specs)
+        base_f.append(0.2 + work)
+        base_b.append(0.3 + 1.5 * work)
+    base_f, base_b = np.array(base_f), np.array(base_b)
+    ref = 0.6 * np.exp(rng.normal(0.15, 0.2, n))  # a reference of 0.6 ms, often slowed
+    excess = ref - np.median(ref)
+    fwd = base_f + np.where(base_f < 1.0, gain, 0.0) * excess
+    bwd = base_b + np.where(base_b < 1.0, gain, 0.0) * excess
+    return sets, base_f, base_b, fwd, bwd, ref
+
+
+def test_gain_is_read_where_ops_are_short_and_taken_out():
+    sets, base_f, base_b, fwd, bwd, ref = _jittered(2400, gain=0.5)
+    adj = HostStateAdjustment.fit(sets, fwd, bwd, ref)
+    short, long_ = 0, len(BAND_EDGES_MS)  # bands: under 0.5 ms ... over 2 ms
+    assert adj.fwd_gain[short] == pytest.approx(0.5, abs=0.1)
+    assert adj.bwd_gain[long_] == pytest.approx(0.0, abs=0.1)
+    assert (adj.fwd_gain >= 0).all() and (adj.bwd_gain >= 0).all()
+    f2, b2 = adj.apply(sets, fwd, bwd, ref)
+    # the adjusted labels sit closer to the jitter-free times than the measured ones
+    for measured, adjusted, base in ((fwd, f2, base_f), (bwd, b2, base_b)):
+        assert np.abs(adjusted / base - 1).mean() < 0.6 * np.abs(measured / base - 1).mean()
+    summary = adj.summary()
+    assert summary["band_edges_ms"] == list(BAND_EDGES_MS) and "launch jitter" in adj.describe()
+
+
+def test_no_jitter_no_adjustment_and_thin_bands_left_alone():
+    sets, base_f, base_b, fwd, bwd, ref = _jittered(2400, gain=0.0, seed=1)
+    adj = HostStateAdjustment.fit(sets, fwd, bwd, ref)
+    assert np.abs(adj.fwd_gain).max() < 0.05 and np.abs(adj.bwd_gain).max() < 0.05
+    few = HostStateAdjustment.fit(sets[:100], fwd[:100] + ref[:100], bwd[:100], ref[:100])
+    assert (few.fwd_gain == 0).all()  # under MIN_BAND_SAMPLES a band is not read
