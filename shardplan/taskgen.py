@@ -7,8 +7,11 @@ times a slack in [1.15, 1.6], but never below the largest table (except in
 ``oversize`` tasks: 8 ranks, 10 to 24 tables, one of them 1M x 128 and larger
 than a rank's memory, so that it must be split by rows). For a profile whose cost data covers smaller tables
 (``cpu-2c``: 1M rows), row counts are capped at the profile's ``max_rows``, and
-the batch is chosen so that one rank's measurement takes about a second
-(GPU suites give their own, realistic, batch size instead).
+the batch is chosen so that one rank's measurement takes about a second.
+On a GPU profile the global batch is one of those its cost data was timed
+at (16,384 to 131,072: a CPU-sized batch sits below every GPU sample, where
+each rank costs its launches whatever it holds, and the `rl` searcher's
+policy learnt nothing from such tasks); a suite may give its own instead.
 """
 from __future__ import annotations
 
@@ -21,6 +24,9 @@ from .memory import GB, table_bytes
 TASK_DIMS = (4, 8, 16, 32, 64, 128)
 # Lookup work (ids x columns) per rank per iteration that one rank's measurement is sized to.
 TARGET_RANK_LOOKUP_FLOATS = 1.2e7
+# Raised whenever generate_task draws other tasks from the same seed (2: GPU profiles' batches), so that
+# work resumed over generated tasks (the rl policy's checkpoint) does not mix two recipes.
+TASK_RECIPE = 2
 
 
 def generate_task(rng: np.random.Generator, pool: list[Table], name: str, profile: Profile,
@@ -41,7 +47,12 @@ def generate_task(rng: np.random.Generator, pool: list[Table], name: str, profil
         tables[0] = Table(big.name, profile.max_rows, 128, big.pooling_factor, big.zipf_alpha)
     world = int(rng.choice(world_sizes))
     work = sum(t.pooling_factor * t.embedding_dim for t in tables)  # lookup floats per sample
-    batch = batch_size_per_rank or int(2 ** np.clip(np.round(np.log2(TARGET_RANK_LOOKUP_FLOATS / max(work, 1.0))), 6, 11))
+    if batch_size_per_rank:
+        batch = batch_size_per_rank
+    elif profile.device == "cpu":
+        batch = int(2 ** np.clip(np.round(np.log2(TARGET_RANK_LOOKUP_FLOATS / max(work, 1.0))), 6, 11))
+    else:  # one of the global batches the profile's cost data was timed at, shared by the ranks
+        batch = int(rng.choice(profile.collect_batch_sizes)) // world
     probe = Task(name=name, tables=tuple(tables), topology=Topology(world, world), batch_size_per_rank=batch)
     sizes = [table_bytes(probe, t) for t in tables]
     slack = float(rng.uniform(1.15, 1.6))

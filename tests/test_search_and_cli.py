@@ -455,3 +455,21 @@ def test_targeted_collection_draws_only_the_tables_asked_for(tmp_path, capsys):
     for shards in pd.read_parquet(out)["shards"]:
         assert all(s.table_rows >= 500_000 and s.pooling_factor >= 20 and s.cols >= 64
                    for s in specs_from_json(shards))
+
+
+def test_generated_tasks_sit_in_the_batch_range_their_profiles_cost_data_covers():
+    import numpy as np
+
+    from shardplan.pools import load_pool
+    from shardplan.taskgen import generate_task
+
+    pool = load_pool("meta_synthetic")
+    for name in ("h200", "h100"):
+        gpu = get_profile(name)
+        for k in range(6):
+            task = generate_task(np.random.default_rng(k), pool, f"g{k}", gpu)
+            assert task.batch_size_per_rank * task.topology.world_size in gpu.collect_batch_sizes
+            assert task.topology.device == "cuda"
+    # a CPU profile's tasks keep the batch that makes one rank's measurement about a second
+    cpu = generate_task(np.random.default_rng(0), pool, "c0", get_profile("cpu-2c"))
+    assert 64 <= cpu.batch_size_per_rank <= 2048 and cpu.topology.device == "cpu"

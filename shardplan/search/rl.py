@@ -163,7 +163,7 @@ def train_policy(estimator: PlanEstimator, out: Path, updates: int = 300, tasks_
                  checkpoint_every: int = 20) -> dict[str, Any]:
     """REINFORCE on random tasks from the training half of the Meta-like pool; resumable from ``out``.ckpt."""
     from ..pools import load_pool
-    from ..taskgen import generate_task
+    from ..taskgen import TASK_RECIPE, generate_task
 
     profile = get_profile(estimator.profile)
     pool = load_pool("meta_synthetic")
@@ -172,9 +172,9 @@ def train_policy(estimator: PlanEstimator, out: Path, updates: int = 300, tasks_
     net = PolicyNet()
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     ckpt = out.with_suffix(".ckpt")
-    # A checkpoint resumes only the run that wrote it: same cost model, settings and split step.
+    # A checkpoint resumes only the run that wrote it: same cost model, settings, split step and tasks.
     config = {"cost_model": estimator.compute_name, "tasks_per_update": tasks_per_update, "rollouts": rollouts,
-              "lr": lr, "seed": seed, "split_choices": list(SPLIT_CHOICES)}
+              "lr": lr, "seed": seed, "split_choices": list(SPLIT_CHOICES), "task_recipe": TASK_RECIPE}
     start, history = 0, []
     if ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
