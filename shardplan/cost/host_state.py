@@ -3,19 +3,20 @@
 A small FBGEMM op on a GPU waits on its kernel launches, so how busy the host
 CPU is while a sample is timed shows in the sample: on the lent H200 the
 reference workload timed beside every sample (itself a small TBE forward and
-backward) read 0.88-1.55x its median (10th-90th percentile), and the
-committed model's held-out error moved with it (correlation -0.57 in log).
-A long op hides the launches behind its kernels, and the effect fades with
-the op's length. A CPU profile divides its labels by the reference's
-slowdown instead: there the whole machine slows, and every op with it.
+backward) read 0.77-1.28x its median (10th-90th percentile), and session
+41's model's held-out error moved with it (correlation -0.59 in log;
+``bench/host_jitter.py``). A long op hides the launches behind its kernels,
+and the effect fades with the op's length. A CPU profile divides its labels
+by the reference's slowdown instead: there the whole machine slows, and
+every op with it.
 
 :class:`HostStateAdjustment` reads, per op (forward, backward) and per band
 of the op's length, how many ms a sample gains per ms the reference ran over
 its median, by regressing a gradient-boosting model's residuals on the
-training split alone (each set priced by a model fitted without it); :meth:`HostStateAdjustment.apply` subtracts that
-share of each sample's reference excess. Labels so adjusted are at the
-collection's median host state, which is the state a typical training step
-meets, not its quietest.
+training split alone (each set priced by a model fitted without it);
+:meth:`HostStateAdjustment.apply` subtracts that share of each sample's
+reference excess. Labels so adjusted are at the collection's median host
+state, which is the state a typical training step meets, not its quietest.
 """
 from __future__ import annotations
 
@@ -108,7 +109,8 @@ class HostStateAdjustment:
                            "on the reference's excess over its median, band by band"}
 
     def describe(self) -> str:
-        bands = ["<0.5", "0.5-1", "1-2", ">2"]
+        edges = [f"{e:g}" for e in BAND_EDGES_MS]
+        bands = [f"<{edges[0]}", *(f"{lo}-{hi}" for lo, hi in zip(edges, edges[1:])), f">{edges[-1]}"]
         gains = ", ".join(f"{b} ms {f:.2f}/{g:.2f}" for b, f, g in zip(bands, self.fwd_gain, self.bwd_gain))
         return (f"measured ms as timed (CUDA events), less the host's launch jitter: the reference workload's "
                 f"excess over its median ({self.median_reference_ms:.4f} ms) timed beside each sample, times "
