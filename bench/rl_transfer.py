@@ -69,7 +69,8 @@ def main() -> None:
     t0 = time.perf_counter()
     RLSearcher(samples=8).plan(task, est)
     lines += ["", f"Planning one 60-table, 8-rank task with `rl` (8 samples): {time.perf_counter() - t0:.3f} s "
-              "(policy load included).", "", "Command: `.venv/bin/python bench/rl_transfer.py`"]
+              "(policy load included).", "",
+              f"Command: `.venv/bin/python bench/rl_transfer.py --profile {args.profile} --tasks {args.tasks}`"]
     write_text_atomic(Path(args.out) / f"rl-transfer-{args.profile}.md", "\n".join(lines) + "\n")
     print("\n".join(lines))
 
