@@ -658,7 +658,9 @@ def build_parser() -> argparse.ArgumentParser:
     mt.add_argument("--world-sizes", default="2,4,8")
     mt.add_argument("--oversize-every", type=int, default=6,
                     help="every N-th task has a table larger than one rank (0: none)")
-    mt.add_argument("--batch-size-per-rank", type=int, help="default: sized so one CPU rank measures in ~1 s")
+    mt.add_argument("--batch-size-per-rank", type=int,
+                    help="default: on a CPU profile sized so one rank measures in ~1 s; on a GPU profile one of "
+                         "the global batches its cost data was timed at, shared by the ranks")
     mt.add_argument("--out", default="data/tasks/cpu-bench")
     mt.set_defaults(func=_cmd_make_tasks)
 
