@@ -22,7 +22,7 @@ import numpy as np
 from shardplan.cost.host_state import HostStateAdjustment, reference_ms
 from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile
-from shardplan.cost.train import holdout_mask, load_sets, metrics
+from shardplan.cost.train import holdout_mask, load_sets, metric_cells, metrics
 from shardplan.errors import exit_status
 from shardplan.formats import write_text_atomic
 
@@ -38,7 +38,7 @@ def jitter_report(profile: str, models: list[Path], out: Path = Path("bench/resu
     adj = HostStateAdjustment.fit([sets[i] for i in tr], fwd[tr], bwd[tr], ref[tr], seed=seed)
     adj_f, adj_b = adj.apply(sets, fwd, bwd, ref)
     held = [sets[i] for i in te]
-    log_ref = np.log(ref[te] / np.median(ref[tr]))
+    log_ref = np.log(ref[te] / adj.median_reference_ms)
     measured = fwd[te] + bwd[te]
     argv = " ".join(str(m) for m in models)
     lines = [f"# Host jitter in `{profile}`'s labels ({len(te)} held-out sets of {len(df)})", "",
@@ -66,8 +66,7 @@ def jitter_report(profile: str, models: list[Path], out: Path = Path("bench/resu
               "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for model_path, raw, adjusted in scores:
         for name, m in (("as timed", raw), ("less the jitter", adjusted)):
-            cells = [f"{m[k]['mape'] * 100:.1f}% | {m[k]['spearman']:.3f}" for k in ("fwd", "bwd", "fwd+bwd")]
-            lines.append(f"| `{model_path}` | {name} | " + " | ".join(cells) + " |")
+            lines.append(f"| `{model_path}` | {name} | {metric_cells(m)} |")
     text = "\n".join(lines) + "\n"
     write_text_atomic(out / f"host-jitter-{profile}.md", text)
     return text

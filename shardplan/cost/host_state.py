@@ -51,6 +51,11 @@ def _out_of_fold(sets: list[list[ShardSpec]], fwd_ms: np.ndarray, bwd_ms: np.nda
     return pred_f, pred_b
 
 
+def _band(pred_ms: np.ndarray) -> np.ndarray:
+    """Each op's band of length (0 to len(BAND_EDGES_MS)) by its predicted ms."""
+    return np.searchsorted(BAND_EDGES_MS, pred_ms, side="right")
+
+
 def reference_ms(df: pd.DataFrame) -> np.ndarray:
     """Each sample's reference time: the geometric mean of the reference timed just before and after it."""
     return np.sqrt(df["ref_before_ms"].to_numpy() * df["ref_after_ms"].to_numpy())
@@ -77,7 +82,7 @@ class HostStateAdjustment:
         excess = ref_ms - median
         gains, counts = {}, {}
         for op, pred, label in (("fwd", pred_f, fwd_ms), ("bwd", pred_b, bwd_ms)):
-            band = np.searchsorted(BAND_EDGES_MS, pred, side="right")
+            band = _band(pred)
             gains[op], counts[op] = [], []
             for k in range(len(BAND_EDGES_MS) + 1):
                 rows = band == k
@@ -97,7 +102,7 @@ class HostStateAdjustment:
         excess = ref_ms - self.median_reference_ms
         out = []
         for pred, label, gain in ((pred_f, fwd_ms, self.fwd_gain), (pred_b, bwd_ms, self.bwd_gain)):
-            out.append(label - gain[np.searchsorted(BAND_EDGES_MS, pred, side="right")] * excess)
+            out.append(label - gain[_band(pred)] * excess)
         return out[0], out[1]
 
     def summary(self) -> dict[str, Any]:

@@ -388,6 +388,11 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     return meta
 
 
+def metric_cells(m: dict[str, Any]) -> str:
+    """One model's :func:`metrics` as markdown cells: MAPE and Spearman of fwd, bwd and fwd+bwd."""
+    return " | ".join(f"{m[k]['mape'] * 100:.1f}% | {m[k]['spearman']:.3f}" for k in ("fwd", "bwd", "fwd+bwd"))
+
+
 def report_markdown(meta: dict[str, Any]) -> str:
     lines = [f"# Compute-cost model report: profile `{meta['profile']}`", "",
              f"Trained by `{meta['command']}` on {meta['train_samples']} real FBGEMM samples of "
@@ -410,7 +415,6 @@ def report_markdown(meta: dict[str, Any]) -> str:
                   "| model | fwd MAPE | fwd Spearman | bwd MAPE | bwd Spearman | fwd+bwd MAPE | fwd+bwd Spearman |",
                   "| --- | --- | --- | --- | --- | --- | --- |"]
         for name, m in ev["models"].items():
-            cells = [f"{m[k]['mape'] * 100:.1f}% | {m[k]['spearman']:.3f}" for k in ("fwd", "bwd", "fwd+bwd")]
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+            lines.append(f"| {name} | {metric_cells(m)} |")
         lines.append("")
     return "\n".join(lines)
