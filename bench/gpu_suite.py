@@ -26,7 +26,8 @@ import numpy as np
 import pandas as pd
 
 from shardplan.cost.estimator import PlanEstimator, load_estimator
-from shardplan.cost.profiles import machine_stamp
+from shardplan.cost.kernel import time_reference
+from shardplan.cost.profiles import get_profile, machine_stamp
 from shardplan.errors import InputError, exit_status
 from shardplan.execute.dlrm_loop import run_loop
 from shardplan.formats import load_plan, load_task, save_plan, write_text_atomic
@@ -117,8 +118,13 @@ def run_suite(profile: str, plans: Path, iterations: int, max_seconds: float | N
               partial: Path | None = None) -> pd.DataFrame:
     """Train every plan in the emulated-rank loop on this machine's device, a task's plans one after the
     other (the files sort by task), so that a deadline (``max_seconds``: no plan starts after it) leaves
-    whole tasks. ``partial``: a CSV rewritten after every plan, so that a killed run keeps what it measured."""
+    whole tasks. ``partial``: a CSV rewritten after every plan, so that a killed run keeps what it measured.
+
+    The profile's reference workload is timed just before and after each plan (``ref_before_ms``,
+    ``ref_after_ms``), as beside every cost sample: on a GPU it reads the host's launch jitter, which the
+    plan's short ops share, so a round's timings can be set beside the collection's host state."""
     est = load_estimator(profile)
+    device = get_profile(profile).device
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     rows = []
     for path in sorted(plans.glob("*--*.json")):
@@ -127,7 +133,9 @@ def run_suite(profile: str, plans: Path, iterations: int, max_seconds: float | N
             break
         plan = load_plan(path)
         name = plan.search["searcher"]
+        ref_before = time_reference(device)
         r = run_loop(plan, profile, est, iterations=iterations, name=name)
+        ref_after = time_reference(device)
         rows.append({"task": plan.task.name, "searcher": name, "planned": True, "ranks": plan.task.topology.world_size,
                      "embedding_ms": r.embedding_ms, "dense_ms": r.dense_ms, "iteration_ms": r.iteration_ms,
                      "samples_per_s": r.samples_per_s, "predicted_ms": max(r.predicted_rank_ms),
@@ -136,7 +144,7 @@ def run_suite(profile: str, plans: Path, iterations: int, max_seconds: float | N
                      "plan_cost_model": plan.search.get("cost_model", ""), "predicted_by": est.compute_name,
                      "rank_measured_ms": json.dumps([round(x, 4) for x in r.rank_ms]),
                      "rank_predicted_ms": json.dumps([round(x, 4) for x in r.predicted_rank_ms]),
-                     "device": r.device})
+                     "device": r.device, "ref_before_ms": round(ref_before, 4), "ref_after_ms": round(ref_after, 4)})
         print(f"{plan.task.name} {name}: embedding {r.embedding_ms:.3f} ms, {r.samples_per_s:,.0f} samples/s")
         if partial is not None:
             pd.DataFrame(rows).to_csv(partial, index=False)

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
+
 import shardplan
 from shardplan.execute.dlrm_loop import run_loop
 from shardplan.formats import load_plan
@@ -30,6 +32,8 @@ def test_gpu_suite_plan_then_run_on_cpu(tmp_path, task_dict, load_script) -> Non
     md = (tmp_path / "out" / "gpu-suite-cpu-2c.md").read_text()
     assert "| greedy-cost | 1 |" in md and "| torchrec | 1 | 1.000 |" in md
     run = tmp_path / "out" / "gpu-suite-cpu-2c.csv"
+    timed = pd.read_csv(run)
+    assert (timed.ref_before_ms > 0).all() and (timed.ref_after_ms > 0).all()  # the host state beside each plan
     # two rounds side by side, the plans priced again by the profile's committed model
     suite.main(["rounds", "--profile", "cpu-2c", "--reprice", str(tmp_path / "plans"), "--runs", str(run), str(run),
                 "--out", str(tmp_path / "out"), "--name", "r"])

@@ -68,7 +68,9 @@ for stage in "$@"; do
           --plans build/gpu-plans --out "$OUT"
       cp -r build/gpu-plans "$OUT/" ;;
     suite)
-      python3 bench/gpu_suite.py run --profile "${PROFILE:-$(profile)}" --plans build/gpu-plans --out "$OUT" \
+      # each suite stage of a job is a round of its own: $OUT/suite-1, suite-2, ... (STAGES="suite suite")
+      n=1; while [ -e "$OUT/suite-$n" ]; do n=$((n + 1)); done
+      python3 bench/gpu_suite.py run --profile "${PROFILE:-$(profile)}" --plans build/gpu-plans --out "$OUT/suite-$n" \
           --iterations "${ITERATIONS:-20}" ${SUITE_SECONDS:+--max-seconds "$SUITE_SECONDS"} ;;
     *) echo "unknown stage $stage (profile, unpack, install, collect, collect-large, train, plan, suite)" >&2
        exit 2 ;;
