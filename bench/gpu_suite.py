@@ -245,11 +245,12 @@ def rounds_report(runs: list[Path], out: Path, name: str, command: str, plans: P
     if errors:
         by = est.compute_name if repriced else "the neural model the run recorded (rounds it priced)"
         lines += ["", f"Per-rank compute + comm predicted by {by} beside measured:", "",
-                  "| plans of | ranks | MAPE | median abs error | within 15% |", "| --- | --- | --- | --- | --- |"]
+                  "| plans of | ranks | MAPE | median abs error | median error (predicted over measured - 1) | "
+                  "within 15% |", "| --- | --- | --- | --- | --- | --- |"]
         for searcher, e in sorted(errors.items()):
             a = np.abs(np.array(e))
             lines.append(f"| {searcher} | {len(a)} | {100 * a.mean():.1f}% | {100 * np.median(a):.1f}% | "
-                         f"{int((a <= 0.15).sum())}/{len(a)} |")
+                         f"{100 * np.median(e):+.1f}% | {int((a <= 0.15).sum())}/{len(a)} |")
     text = "\n".join(lines) + "\n"
     write_text_atomic(out / f"{name}.md", text)
     return text

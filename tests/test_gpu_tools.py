@@ -29,6 +29,9 @@ def test_parts_are_independent_under_the_limit_and_unpack_exactly(tmp_path) -> N
         == set(members)
     assert all((target / k).read_bytes() == v for k, v in members.items())
     assert os.access(target / "fbgemm_gpu" / "lib0.so", os.X_OK)
+    fresh = tmp_path / "fresh"  # every part at once into an empty tree: parallel processes, one new folder
+    fbgemm_parts.unpack(parts, fresh)
+    assert all((fresh / k).read_bytes() == v for k, v in members.items())
 
 
 def test_lean_drop_keeps_the_training_libraries() -> None:

@@ -230,7 +230,12 @@ def _unpack_one(part: Path, target: Path) -> str:
     if marker.exists():
         return ""
     with tarfile.open(part, mode="r:xz") as tar:
-        tar.extractall(target, filter="data")
+        for member in tar:
+            # Parts unpack in parallel processes into one tree, and tarfile makes a member's missing parent
+            # folders with a bare os.makedirs: two parts that share a new folder raced there on the H100
+            # (FileExistsError, 2026-11-26). Made here first, with exist_ok, there is no race.
+            (target / member.name).parent.mkdir(parents=True, exist_ok=True)
+            tar.extract(member, target, filter="data")
     marker.write_text("ok\n")
     return f"unpacked {part.name} into {target}"
 

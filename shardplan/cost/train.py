@@ -88,6 +88,7 @@ def holdout_mask(df: pd.DataFrame) -> np.ndarray:
     return np.array([is_holdout(s, i) for s, i in zip(df["seed"], df["sample"])], dtype=bool)
 
 
+LARGE_RAW_SPLIT = "larger_sets, raw labels (machine drift left in)"
 GROUP_SPLIT = "holdout plan groups (each task's plans timed together; level matched per group)"
 HOT_SPLIT = "holdout hot mixes (neighbour-calibrated, plan ranks' level)"
 CROWDED_SPLIT = "holdout crowded mixes (neighbour-calibrated, plan ranks' level)"
@@ -309,11 +310,13 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     large_path = data_dir / "compute-large.parquet"
     if large_path.exists():
         lsets, lf, lb, ldf = load_sets(large_path, divisor)
-        if host_state is not None:  # the same adjustment as the sets trained on
-            lf, lb = host_state.apply(lsets, lf, lb, reference_ms(ldf))
-        splits["larger_sets"] = (lsets, lf, lb)
+        if host_state is None:
+            splits["larger_sets"] = (lsets, lf, lb)
+        else:  # the same adjustment as the sets trained on, and beside it the times as measured
+            splits["larger_sets"] = (lsets, *host_state.apply(lsets, lf, lb, reference_ms(ldf)))
+            splits[LARGE_RAW_SPLIT] = (lsets, lf, lb)
     # the random collector's sets are scored at their own level; plan ranks at the predicted one
-    random_splits = {"holdout", "holdout, raw labels (machine drift left in)", "larger_sets"}
+    random_splits = {"holdout", "holdout, raw labels (machine drift left in)", "larger_sets", LARGE_RAW_SPLIT}
 
     def predict(m: Any, split: str, s: list[list[ShardSpec]]) -> tuple[np.ndarray, np.ndarray]:
         return m.predict(s, random_level=True) if isinstance(m, NeuralCostModel) and split in random_splits \
