@@ -3,14 +3,16 @@
 Both GPU profiles' collections draw their sets from the same seed, so sample k of
 ``data/profiles/<a>/compute.parquet`` and of ``<b>``'s is the same set at the same batch (checked
 row by row; a set a profile's budget drew differently is left out). Prints and writes
-``bench/results/gpu-chips-<a>-<b>.md`` with three tables, all measured (FBGEMM CUDA kernels, CUDA
+``bench/results/gpu-chips-<a>-<b>.md`` with up to four tables, all measured (FBGEMM CUDA kernels, CUDA
 events) or predicted by a named committed model:
 
 1. chip ``a``'s fwd and bwd ms over chip ``b``'s on the same sets, by band of ``b``'s fwd+bwd ms;
 2. each committed model on each chip's held-out sets (the same sets for both), labels as timed:
    how much is lost pricing one chip with the other's model;
 3. given suite runs of both chips (``--suites A.csv B.csv``, the ``bench/gpu_suite.py run`` CSVs),
-   every rank of the plans both measured, ``a`` over ``b``.
+   every rank of the plans both measured, ``a`` over ``b``; and each committed model on every rank of
+   each run named (more than two may be: another lease's): how far a model carries from the machine
+   that collected its data to another.
 
     .venv/bin/python bench/gpu_chips.py --profiles h100 h200 \\
         --suites bench/results/gpu-h100-2026-11-26/gpu-suite-h100-round1.csv \\
@@ -26,11 +28,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from shardplan.cost.estimator import load_estimator
 from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile
 from shardplan.cost.train import holdout_mask, load_sets, metric_cells, metrics
 from shardplan.errors import InputError, exit_status
-from shardplan.formats import write_text_atomic
+from shardplan.formats import load_plan, write_text_atomic
 
 BANDS_MS = ((0.0, 1.0), (1.0, 2.0), (2.0, 4.0), (4.0, np.inf))
 
@@ -77,6 +80,8 @@ def chips_report(a: str, b: str, suites: list[Path] | None = None, out: Path = P
         for chip, f, bw in ((a, fa, ba), (b, fb, bb)):
             lines.append(f"| `{model_name}` | `{chip}` | {metric_cells(metrics(pf, pb, f[held], bw[held]))} |")
     if suites:
+        if len(suites) < 2:
+            raise InputError("--suites", f"names {len(suites)} CSV", "name chip A's run, then chip B's")
         runs = [pd.read_csv(p) for p in suites]
         merged = runs[0].merge(runs[1], on=["task", "searcher"], suffixes=("_a", "_b"))
         # a plan counts where both chips ran the same plan: the searchers that planned with a chip's own
@@ -90,6 +95,22 @@ def chips_report(a: str, b: str, suites: list[Path] | None = None, out: Path = P
                   "| what | n | median (10th-90th percentile) |", "| --- | --- | --- |",
                   f"| every rank | {len(ratios)} | {_spread(ratios)} |",
                   f"| the plan's slowest rank | {len(merged)} | {_spread(slowest.to_numpy())} |"]
+        lines += ["", "Each committed model (predicted) on every rank each suite run measured (its plans read from "
+                  "the `plans/` folder beside the CSV), compute + comm:", "",
+                  "| model | run | ranks | median predicted / measured | MAPE | within 15% |",
+                  "| --- | --- | --- | --- | --- | --- |"]
+        for model_name in (a, b):
+            est = load_estimator(model_name)
+            for path, run in zip(suites, runs):
+                pred, meas = [], []
+                for row in run.itertuples():
+                    plan = load_plan(path.parent / "plans" / f"{row.task}--{row.searcher}.json")
+                    pred += [r.total_ms for r in est.estimate(plan).per_rank]
+                    meas += json.loads(row.rank_measured_ms)
+                ratio = np.array(pred) / np.array(meas)
+                err = np.abs(ratio - 1)
+                lines.append(f"| `{model_name}` | `{path}` | {len(ratio)} | {np.median(ratio):.3f} | "
+                             f"{100 * err.mean():.1f}% | {int((err <= 0.15).sum())}/{len(err)} |")
     text = "\n".join(lines) + "\n"
     write_text_atomic(out / f"gpu-chips-{a}-{b}.md", text)
     return text
@@ -98,8 +119,9 @@ def chips_report(a: str, b: str, suites: list[Path] | None = None, out: Path = P
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--profiles", nargs=2, default=["h100", "h200"], metavar=("A", "B"))
-    ap.add_argument("--suites", nargs=2, type=Path, metavar=("A_CSV", "B_CSV"),
-                    help="`bench/gpu_suite.py run` CSVs of the same plans, chip A's then chip B's")
+    ap.add_argument("--suites", nargs="+", type=Path, metavar="CSV",
+                    help="`bench/gpu_suite.py run` CSVs of the same plans, chip A's then chip B's, then any other "
+                         "runs to price with both models (another lease's, say)")
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     args = ap.parse_args(argv)
     print(chips_report(*args.profiles, args.suites, args.out))

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy.stats import spearmanr
 
 from shardplan.cost.estimator import PlanEstimator, load_estimator
 from shardplan.cost.kernel import time_reference
@@ -196,7 +197,7 @@ def rounds_report(runs: list[Path], out: Path, name: str, command: str, plans: P
              "median embedding-stage samples/s | median iteration samples/s (as measured) |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     per_task: dict[str, dict[str, list[float]]] = {}
-    errors: dict[str, list[float]] = {}
+    pairs: dict[str, list[tuple[float, float]]] = {}  # per searcher: every rank's (predicted, measured) ms
     loop_stats: dict[str, tuple[list[np.ndarray], list[float]]] = {}  # per searcher: ranks' ms, dense ms
     for k, path in enumerate(runs, 1):
         df = pd.read_csv(path)
@@ -222,9 +223,9 @@ def rounds_report(runs: list[Path], out: Path, name: str, command: str, plans: P
                 pred = np.array(json.loads(row.rank_predicted_ms))
             else:
                 continue
-            for first, e in enumerate(((pred - m) / m).tolist()):
-                errors.setdefault(row.searcher, []).append(e)
-                errors.setdefault(f"{row.searcher}, ranks after the first", []).extend([e] if first else [])
+            for first, pm in enumerate(zip(pred.tolist(), m.tolist())):
+                pairs.setdefault(row.searcher, []).append(pm)
+                pairs.setdefault(f"{row.searcher}, ranks after the first", []).extend([pm] if first else [])
     searchers = sorted({s for v in per_task.values() for s in v})
     lines += ["", "What the emulated loop measured besides, all rounds: the first-timed rank over the median of the "
               "others (its penalty in runs before the order turned), the ranks after the first (10th-90th "
@@ -242,15 +243,19 @@ def rounds_report(runs: list[Path], out: Path, name: str, command: str, plans: P
     for task in sorted(per_task):
         lines.append(f"| {task} | " + " | ".join(" / ".join(f"{x:.3f}" for x in per_task[task].get(s, []))
                                                   for s in searchers) + " |")
-    if errors:
+    if pairs:
         by = est.compute_name if repriced else "the neural model the run recorded (rounds it priced)"
-        lines += ["", f"Per-rank compute + comm predicted by {by} beside measured:", "",
+        lines += ["", f"Per-rank compute + comm predicted by {by} beside measured (Spearman: the ranks' order, "
+                  "predicted against measured):", "",
                   "| plans of | ranks | MAPE | median abs error | median error (predicted over measured - 1) | "
-                  "within 15% |", "| --- | --- | --- | --- | --- | --- |"]
-        for searcher, e in sorted(errors.items()):
-            a = np.abs(np.array(e))
+                  "within 15% | Spearman |", "| --- | --- | --- | --- | --- | --- | --- |"]
+        for searcher, pm in sorted(pairs.items()):
+            pred, meas = np.array(pm).T
+            e = pred / meas - 1
+            a = np.abs(e)
             lines.append(f"| {searcher} | {len(a)} | {100 * a.mean():.1f}% | {100 * np.median(a):.1f}% | "
-                         f"{100 * np.median(e):+.1f}% | {int((a <= 0.15).sum())}/{len(a)} |")
+                         f"{100 * np.median(e):+.1f}% | {int((a <= 0.15).sum())}/{len(a)} | "
+                         f"{spearmanr(pred, meas).statistic:.3f} |")
     text = "\n".join(lines) + "\n"
     write_text_atomic(out / f"{name}.md", text)
     return text
