@@ -80,6 +80,17 @@ def _cmd_collect_ranks(args: argparse.Namespace) -> int:
     from .cost.profiles import check_collect_target, get_profile
 
     profile = get_profile(args.profile)
+    if args.plans:  # plans made elsewhere (the GPU machine has no TorchRec to plan with)
+        from .cost.collect_ranks import collect_carried_plan_ranks
+
+        plan_paths = sorted(Path(args.plans).glob("*.json"))
+        if not plan_paths:
+            raise InputError("--plans", f"no plan files in {args.plans}", "give the folder the plans were saved to")
+        out = Path(args.out) if args.out else profile.dir / "compute-ranks.parquet"
+        check_collect_target(profile, out)
+        df = collect_carried_plan_ranks(profile, plan_paths, out, round_=args.round, wait_fit_s=60 * args.wait_fit)
+        print(f"{out}: {int((df['source'] == 'plan-rank').sum())} rank samples")
+        return 0
     paths = sorted(Path(args.suite).glob("*.json"))
     if not paths:
         raise InputError("--suite", f"no task files in {args.suite}")
@@ -693,6 +704,8 @@ def build_parser() -> argparse.ArgumentParser:
     cr.add_argument("--suite", default="data/tasks/cpu-train")
     cr.add_argument("--searchers", default="neuroshard,neuroshard-tw,greedy-cost,torchrec,greedy-lookup,"
                                            "greedy-size,round-robin,random")
+    cr.add_argument("--plans", help="a folder of plan files made elsewhere: time their ranks instead of planning "
+                                    "(--suite and --searchers unused; each plan names its searcher)")
     cr.add_argument("--round", type=int, default=0, help="DreamShard loop round: plans of a retrained model "
                                                          "are new data (default 0)")
     cr.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute-ranks.parquet, "

@@ -35,18 +35,16 @@ def test_service_lists_searchers_profiles_and_health(server: str) -> None:
     assert [s["name"] for s in searchers if s["default"]] == ["neuroshard"]
     assert {"torchrec", "greedy-cost", "random"} <= {s["name"] for s in searchers}
     profiles = {p["name"]: p for p in httpx.get(server + "/v1/profiles").json()}
-    for cpu in ("cpu-2c", "cpu-2c-xeon"):  # each CPU profile with its own trained model
-        assert profiles[cpu]["loaded"] and profiles[cpu]["compute_model"].startswith("neural")
-    # GPU profiles have no trained model yet: served with the published-bandwidth roofline, which says so
-    assert profiles["h100"]["loaded"] and profiles["h100"]["compute_model"].startswith("roofline")
+    for name in ("cpu-2c", "cpu-2c-xeon", "h100", "h200"):  # each profile with its own trained model
+        assert profiles[name]["loaded"] and profiles[name]["compute_model"].startswith("neural")
     assert httpx.get(server + "/healthz").json()["profiles"] == ["cpu-2c", "cpu-2c-xeon", "h100", "h200"]
 
 
-def test_a_gpu_profile_plans_with_the_roofline_it_names(server: str, task_dict: dict) -> None:
+def test_a_gpu_profile_plans_with_the_model_it_names(server: str, task_dict: dict) -> None:
     r = httpx.post(server + "/v1/plans", params={"profile": "h100", "searcher": "neuroshard-tw"}, json=task_dict,
                    timeout=60)
     assert r.status_code == 200, r.text
-    assert r.json()["cost"]["compute_model"].startswith("roofline") and r.json()["cost"]["profile"] == "h100"
+    assert r.json()["cost"]["compute_model"].startswith("neural") and r.json()["cost"]["profile"] == "h100"
 
 
 def test_plan_then_evaluate_round_trip(server: str, task_dict: dict) -> None:

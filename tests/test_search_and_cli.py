@@ -335,6 +335,27 @@ def test_rank_collector_gates_on_the_fitness_probe_when_asked(monkeypatch, tmp_p
     assert df[df["round"] == 3].fit_label_ratio.isna().all()
 
 
+def test_carried_plans_ranks_are_timed_on_real_kernels_and_resume(tmp_path, task_dict, estimator, capsys):
+    """`collect ranks --plans`: plans made elsewhere (as the GPU suite's are) timed rank by rank, the
+    searcher each plan records kept, the rows the shape the trainer reads; a second run adds nothing."""
+    from shardplan.formats import save_plan
+
+    task = load_task(task_dict)
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    for searcher in ("greedy-dim", "round-robin"):
+        save_plan(get_searcher(searcher).plan(task, estimator, seed=0), plans / f"t--{searcher}.json")
+    out = tmp_path / "ranks.parquet"
+    argv = ["collect", "ranks", "--profile", "cpu-2c", "--plans", str(plans), "--out", str(out)]
+    assert main(argv) == 0
+    df = pd.read_parquet(out)
+    assert set(df.searcher) == {"greedy-dim", "round-robin"} and (df.source == "plan-rank").all()
+    assert (df.fwd_ms > 0).all() and (df.bwd_ms > 0).all() and df.shards.notna().all()
+    assert main(argv) == 0 and len(pd.read_parquet(out)) == len(df)  # resumed: nothing timed twice
+    assert main(["collect", "ranks", "--profile", "cpu-2c", "--plans", str(tmp_path / "none"), "--out",
+                 str(out)]) == 2 and "--plans" in capsys.readouterr().err
+
+
 def test_plan_group_collector_times_a_tasks_plans_together_and_resumes(tmp_path, task_dict, estimator):
     """Every rank of every searcher's plan of a task, on real kernels, in one measurement call: one
     divisor for the whole group, ranks that match the plan, and a second run skips the task."""

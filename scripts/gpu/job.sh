@@ -50,6 +50,12 @@ for stage in "$@"; do
           --seed 1 --min-shards 16 --max-shards 30 --max-seconds "${COLLECT_SECONDS:-480}" \
           --out "$STATE/compute-large.parquet"
       cp "$STATE/compute-large.parquet" "$OUT/" ;;
+    collect-ranks)
+      # the carried plans' ranks timed as cost samples are (the collector's protocol, not the loop's): plan
+      # ranks of this profile, and beside the suite's loop timings of the same ranks on the same machine
+      python3 -m shardplan.cli collect ranks --profile "${PROFILE:-$(profile)}" --plans build/gpu-plans \
+          --out "$STATE/compute-ranks.parquet"
+      cp "$STATE/compute-ranks.parquet" "$OUT/" ;;
     train)
       # the GPU profile's model, trained here on the samples just collected (the searchers of the `plan`
       # stage need it on this machine); the committed model is trained again on CPU afterwards
@@ -72,7 +78,7 @@ for stage in "$@"; do
       n=1; while [ -e "$OUT/suite-$n" ]; do n=$((n + 1)); done
       python3 bench/gpu_suite.py run --profile "${PROFILE:-$(profile)}" --plans build/gpu-plans --out "$OUT/suite-$n" \
           --iterations "${ITERATIONS:-20}" ${SUITE_SECONDS:+--max-seconds "$SUITE_SECONDS"} ;;
-    *) echo "unknown stage $stage (profile, unpack, install, collect, collect-large, train, plan, suite)" >&2
+    *) echo "unknown stage $stage (profile, unpack, install, collect, collect-large, collect-ranks, train, plan, suite)" >&2
        exit 2 ;;
   esac
 done

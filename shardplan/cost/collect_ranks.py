@@ -10,6 +10,9 @@ reference workload just before and after, the profile's protocol), appending
 rows of the same shape to ``data/profiles/<profile>/compute-ranks.parquet``
 (``source = "plan-rank"``, plus ``task``, ``searcher`` and ``rank``).
 
+:func:`collect_carried_plan_ranks` times the ranks of plans made elsewhere
+(plan files) the same way: a lent GPU machine has no TorchRec to plan with.
+
 All ranks of a task share one ``sample`` number, so the train/held-out split
 (:func:`shardplan.cost.train.is_holdout`) holds out whole tasks. Resumable:
 (task, searcher, round) triples already in the file are skipped.
@@ -33,8 +36,9 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
+from ..domain import Plan
 from ..errors import InputError
-from ..formats import load_task
+from ..formats import load_plan, load_task
 from .collect import _stamp, append_rows, quiet_reference_ms, spec_columns, timed_row
 from .estimator import PlanEstimator
 from .fitness import wait_until_fit
@@ -56,6 +60,24 @@ def _existing(out: Path) -> pd.DataFrame:
     if len(existing) and "round" not in existing:
         existing["round"] = 0
     return existing
+
+
+def _rank_rows(plan: Plan, searcher: str, profile: Profile, round_: int, quiet_ms: float, stamp: dict,
+               wait_fit_s: float) -> list[dict]:
+    """Every non-empty rank of ``plan`` timed as the random collector times a sample."""
+    task, gate = plan.task, {}
+    if wait_fit_s > 0:
+        fitness = wait_until_fit(profile, wait_fit_s)
+        if fitness is not None:  # a profile with no stored ranks yet has nothing to probe with
+            gate = fitness.columns()
+    slow_limit = MEASURE_SLOW_LIMIT if gate else QUIET_TOLERANCE
+    sample = task_sample(task.name)
+    return [{"seed": RANKS_SEED, "sample": sample, "source": "plan-rank", "task": task.name, "searcher": searcher,
+             "rank": rank, "round": round_,
+             **timed_row(specs, task.optimizer, task.dtype, profile, sample + rank, profile.warmup, profile.repeats,
+                         quiet_ms, slow_limit),
+             **gate, **stamp}
+            for rank, specs in enumerate(rank_specs(plan)) if specs]
 
 
 def collect_plan_ranks(profile: Profile, task_paths: list[Path], searchers: list[str], estimator: PlanEstimator,
@@ -86,21 +108,34 @@ def collect_plan_ranks(profile: Profile, task_paths: list[Path], searchers: list
             rows = [{"task": task.name, "searcher": searcher, "rank": -1, "source": "plan-rank-infeasible",
                      "round": round_}]
         else:
-            rows, gate = [], {}
-            if wait_fit_s > 0:
-                fitness = wait_until_fit(profile, wait_fit_s)
-                if fitness is not None:  # a profile with no stored ranks yet has nothing to probe with
-                    gate = fitness.columns()
-            slow_limit = MEASURE_SLOW_LIMIT if gate else QUIET_TOLERANCE
-            for rank, specs in enumerate(rank_specs(plan)):
-                if not specs:
-                    continue
-                rows.append({"seed": RANKS_SEED, "sample": task_sample(task.name), "source": "plan-rank",
-                             "task": task.name, "searcher": searcher, "rank": rank, "round": round_,
-                             **timed_row(specs, task.optimizer, task.dtype, profile, task_sample(task.name) + rank,
-                                         profile.warmup, profile.repeats, quiet_ms, slow_limit),
-                             **gate, **stamp})
+            rows = _rank_rows(plan, searcher, profile, round_, quiet_ms, stamp, wait_fit_s)
         existing = append_rows(existing, rows, out)  # after every plan, so a stop loses at most one
+    return existing
+
+
+def collect_carried_plan_ranks(profile: Profile, plan_paths: list[Path], out: Path, round_: int = 0,
+                               wait_fit_s: float = 0.0) -> pd.DataFrame:
+    """Time the ranks of plans made elsewhere (plan files), as :func:`collect_plan_ranks` times its own.
+
+    For a machine that cannot plan what it is to time: the lent GPU has no TorchRec, so its suite's plans
+    are made on the CPU machine and carried; their ranks timed here by the collector's protocol are plan
+    ranks of the GPU profile, the same population the emulated loop times its way. The searcher is the
+    one each plan records. Resumable by (task, searcher, round)."""
+    profile.use_threads()
+    existing = _existing(out)
+    done = set(zip(existing["task"], existing["searcher"], existing["round"])) if len(existing) else set()
+    quiet_ms = quiet_reference_ms(profile)
+    stamps: dict[str, dict] = {}  # per optimizer: the stamp reads the machine
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for path in tqdm(plan_paths, desc=f"collect carried plan ranks [{profile.name}]"):
+        plan = load_plan(path)
+        searcher = str(plan.search.get("searcher", path.stem))
+        if (plan.task.name, searcher, round_) in done:
+            continue
+        if plan.task.optimizer not in stamps:
+            stamps[plan.task.optimizer] = _stamp(profile, plan.task.optimizer, "fp32")
+        rows = _rank_rows(plan, searcher, profile, round_, quiet_ms, stamps[plan.task.optimizer], wait_fit_s)
+        existing = append_rows(existing, rows, out)
     return existing
 
 
