@@ -92,9 +92,13 @@ def _stamp(profile: Profile, optimizer: str, dtype: str) -> dict[str, object]:
     if profile.device == "cuda":  # the GPU, its driver and CUDA, beside the host
         import subprocess
 
-        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                                capture_output=True, text=True).stdout.strip()
-        gpu = {"gpu_name": torch.cuda.get_device_name(0), "cuda": torch.version.cuda, "driver": driver}
+        # The GPU's UUID tells two machines of one model apart: session 43's H200 ran the suite's ranks
+        # 15% faster than session 41's, and the rows of both recorded the same name, host CPU and driver.
+        query = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,uuid", "--format=csv,noheader"],
+                               capture_output=True, text=True).stdout.strip().splitlines()
+        driver, uuid = ([f.strip() for f in query[0].split(",")] + ["", ""])[:2] if query else ("", "")
+        gpu = {"gpu_name": torch.cuda.get_device_name(0), "gpu_uuid": uuid, "cuda": torch.version.cuda,
+               "driver": driver}
     return {"profile": profile.name, **machine_stamp(), **gpu, **fbgemm_versions(),
             "threads": torch.get_num_threads(), "optimizer": optimizer, "dtype": dtype}
 
