@@ -94,3 +94,11 @@ def test_keep_arch_zeroes_the_other_chips_images_and_keeps_the_rest() -> None:
         assert kept[off:off + size] == (sm90 if arch == 90 else bytes(size))
     assert fbgemm_parts.keep_arch(lib, 75) == lib  # no image for that chip: left whole
     assert fbgemm_parts.keep_arch(b"not an ELF", 90) == b"not an ELF"
+
+
+def test_gpu_rows_name_the_gpu_they_were_timed_on() -> None:
+    from shardplan.cost.collect import gpu_identity
+
+    out = "580.159.04, GPU-37c68a69-f4cf-626f-686b-0abcde384db6\n580.159.04, GPU-8514e371-6f8d-5347-a350-835aa900aa09\n"
+    assert gpu_identity(out) == ("580.159.04", "GPU-37c68a69-f4cf-626f-686b-0abcde384db6")  # the first GPU's
+    assert gpu_identity("") == ("", "")  # no nvidia-smi output: nothing invented

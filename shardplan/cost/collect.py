@@ -87,16 +87,26 @@ def random_sample(rng: np.random.Generator, pool: list[Table], profile: Profile,
     return specs
 
 
+def gpu_identity(nvidia_smi_csv: str) -> tuple[str, str]:
+    """(driver, GPU UUID) of the first GPU from ``nvidia-smi --query-gpu=driver_version,uuid
+    --format=csv,noheader``; empty strings where it printed nothing.
+
+    The UUID tells two machines of one GPU model apart: session 43's H200 ran the suite's ranks 15%
+    faster than session 41's, and the rows of both recorded the same name, host CPU and driver."""
+    lines = nvidia_smi_csv.strip().splitlines()
+    fields = [f.strip() for f in lines[0].split(",")] if lines else []
+    driver, uuid = (fields + ["", ""])[:2]
+    return driver, uuid
+
+
 def _stamp(profile: Profile, optimizer: str, dtype: str) -> dict[str, object]:
     gpu: dict[str, object] = {}
     if profile.device == "cuda":  # the GPU, its driver and CUDA, beside the host
         import subprocess
 
-        # The GPU's UUID tells two machines of one model apart: session 43's H200 ran the suite's ranks
-        # 15% faster than session 41's, and the rows of both recorded the same name, host CPU and driver.
         query = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,uuid", "--format=csv,noheader"],
-                               capture_output=True, text=True).stdout.strip().splitlines()
-        driver, uuid = ([f.strip() for f in query[0].split(",")] + ["", ""])[:2] if query else ("", "")
+                               capture_output=True, text=True).stdout
+        driver, uuid = gpu_identity(query)
         gpu = {"gpu_name": torch.cuda.get_device_name(0), "gpu_uuid": uuid, "cuda": torch.version.cuda,
                "driver": driver}
     return {"profile": profile.name, **machine_stamp(), **gpu, **fbgemm_versions(),
