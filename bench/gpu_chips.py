@@ -29,13 +29,12 @@ import numpy as np
 import pandas as pd
 
 from shardplan.cost.estimator import load_estimator
-from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile
 from shardplan.cost.train import holdout_mask, load_sets, metric_cells, metrics
 from shardplan.errors import InputError, exit_status
 from shardplan.formats import load_plan, write_text_atomic
 
-BANDS_MS = ((0.0, 1.0), (1.0, 2.0), (2.0, 4.0), (4.0, np.inf))
+from host_jitter import length_bands  # a sibling: bench/ is on sys.path when run
 
 
 def _spread(x: np.ndarray) -> str:
@@ -63,9 +62,7 @@ def chips_report(a: str, b: str, suites: list[Path] | None = None, out: Path = P
              f"`compute.parquet`; {len(both)} sets timed on both. Median (10th-90th percentile) of "
              f"`{a}`'s ms over `{b}`'s, by band of `{b}`'s fwd+bwd ms:", "",
              "| band (ms) | sets | fwd | bwd | fwd+bwd |", "| --- | --- | --- | --- | --- |"]
-    for lo, hi in ((0.0, np.inf), *BANDS_MS):
-        rows = (total_b >= lo) & (total_b < hi)
-        band = "all" if lo == 0 and np.isinf(hi) else f"{lo:g}-{hi:g}"
+    for band, rows in length_bands(total_b):
         lines.append(f"| {band} | {int(rows.sum())} | {_spread(fa[rows] / fb[rows])} | {_spread(ba[rows] / bb[rows])} "
                      f"| {_spread((fa + ba)[rows] / total_b[rows])} |")
     held = holdout_mask(both)  # held out by (seed, sample): the same sets on both chips
@@ -73,9 +70,9 @@ def chips_report(a: str, b: str, suites: list[Path] | None = None, out: Path = P
               "the labels as timed (no model was trained on them):", "",
               "| model | chip timed | fwd MAPE | fwd Spearman | bwd MAPE | bwd Spearman | fwd+bwd MAPE | "
               "fwd+bwd Spearman |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for model_name in (a, b):
-        model = NeuralCostModel.load(get_profile(model_name).dir / "compute-model.json", profile=model_name)
-        pf, pb = model.predict([data[model_name][0][i] for i in (ia if model_name == a else ib)[held]],
+    estimators = {name: load_estimator(name) for name in (a, b)}  # each profile's committed models
+    for model_name, est in estimators.items():
+        pf, pb = est.compute.predict([data[model_name][0][i] for i in (ia if model_name == a else ib)[held]],
                                random_level=True)
         for chip, f, bw in ((a, fa, ba), (b, fb, bb)):
             lines.append(f"| `{model_name}` | `{chip}` | {metric_cells(metrics(pf, pb, f[held], bw[held]))} |")
@@ -99,14 +96,12 @@ def chips_report(a: str, b: str, suites: list[Path] | None = None, out: Path = P
                   "the `plans/` folder beside the CSV), compute + comm:", "",
                   "| model | run | ranks | median predicted / measured | MAPE | within 15% |",
                   "| --- | --- | --- | --- | --- | --- |"]
-        for model_name in (a, b):
-            est = load_estimator(model_name)
-            for path, run in zip(suites, runs):
-                pred, meas = [], []
-                for row in run.itertuples():
-                    plan = load_plan(path.parent / "plans" / f"{row.task}--{row.searcher}.json")
-                    pred += [r.total_ms for r in est.estimate(plan).per_rank]
-                    meas += json.loads(row.rank_measured_ms)
+        plans = [[load_plan(path.parent / "plans" / f"{row.task}--{row.searcher}.json") for row in run.itertuples()]
+                 for path, run in zip(suites, runs)]
+        for model_name, est in estimators.items():
+            for path, run, run_plans in zip(suites, runs, plans):
+                pred = [r.total_ms for plan in run_plans for r in est.estimate(plan).per_rank]
+                meas = [ms for row in run.itertuples() for ms in json.loads(row.rank_measured_ms)]
                 ratio = np.array(pred) / np.array(meas)
                 err = np.abs(ratio - 1)
                 lines.append(f"| `{model_name}` | `{path}` | {len(ratio)} | {np.median(ratio):.3f} | "

@@ -29,6 +29,12 @@ from shardplan.formats import write_text_atomic
 BANDS_MS = ((0.0, 1.0), (1.0, 2.0), (2.0, 4.0), (4.0, np.inf))
 
 
+def length_bands(ms: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """Every row ("all"), then each band of ``BANDS_MS``: a label and the rows whose ms fall in it."""
+    return [("all", np.ones(len(ms), dtype=bool))] + [(f"{lo:g}-{hi:g}", (ms >= lo) & (ms < hi))
+                                                       for lo, hi in BANDS_MS]
+
+
 def jitter_report(profile: str, models: list[Path], out: Path = Path("bench/results"), seed: int = 0) -> str:
     path = get_profile(profile).dir / "compute.parquet"
     sets, fwd, bwd, df = load_sets(path, None)
@@ -53,11 +59,9 @@ def jitter_report(profile: str, models: list[Path], out: Path = Path("bench/resu
         model = NeuralCostModel.load(model_path, profile=profile)
         pf, pb = model.predict(held, random_level=True)
         err = np.log((pf + pb) / measured)
-        for lo, hi in ((0.0, np.inf), *BANDS_MS):
-            rows = (measured >= lo) & (measured < hi)
+        for band, rows in length_bands(measured):
             corr = np.corrcoef(err[rows], log_ref[rows])[0, 1]
             slope = np.polyfit(log_ref[rows], -err[rows], 1)[0]
-            band = "all" if np.isinf(hi) and lo == 0 else f"{lo:g}-{hi:g}"
             lines.append(f"| `{model_path}` | {band} | {int(rows.sum())} | {corr:.3f} | {slope:.3f} |")
         scores.append((model_path, metrics(pf, pb, fwd[te], bwd[te]), metrics(pf, pb, adj_f[te], adj_b[te])))
     lines += ["", "## Held-out MAPE and Spearman, against the labels as timed and less the jitter", "",
