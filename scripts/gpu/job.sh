@@ -7,7 +7,8 @@
 #                                      --keep-arch 90: 78 MiB); a call can carry some of them ($PARTS) and
 #                                      run `unpack` alone: a machine that stays warm keeps what was unpacked
 #   build/wheels-gpu/*.whl             pydantic and its deps (the GPU image lacks them): pip download here
-#   build/gpu-plans/*.json             the suite's plans (python bench/gpu_suite.py plan --profile <gpu>)
+#   build/gpu-plans/*.json             the suite's plans (python bench/gpu_suite.py plan --profile <gpu>);
+#                                      $PLANS names another folder (each chip's committed model plans its own)
 # Everything it writes goes to $OUT (default out/gpu): the fbgemm check, GPU identity, compute.parquet,
 # the suite's results. What must outlive one call (the cost data being collected) is kept in $STATE,
 # which survives while the machine stays warm, and copied to $OUT at the end of each stage.
@@ -17,6 +18,7 @@ TARGET=${FBGEMM_TARGET:-/tmp/fbgemm}
 STATE=${STATE:-/tmp/shardplan-gpu}
 # the parts this call carries (a call can carry some and `unpack` them; `install` unpacks the rest)
 PARTS=${PARTS:-build/fbgemm-parts}
+PLANS=${PLANS:-build/gpu-plans}
 mkdir -p "$OUT" "$STATE"
 export PYTHONPATH="$PWD:$TARGET${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 # Tables come and go in sizes up to tens of GB, sample after sample: growable segments keep the
@@ -53,8 +55,13 @@ for stage in "$@"; do
     collect-ranks)
       # the carried plans' ranks timed as cost samples are (the collector's protocol, not the loop's): plan
       # ranks of this profile, and beside the suite's loop timings of the same ranks on the same machine
-      python3 -m shardplan.cli collect ranks --profile "${PROFILE:-$(profile)}" --plans build/gpu-plans \
-          --out "$STATE/compute-ranks.parquet"
+      # ($RANK_PLANS: folders in turn, the plans that matter most first; a plan timed in one is skipped in the
+      # next. Each folder gets at most $RANKS_SECONDS: every plan's rows are written as it ends, so a stop
+      # keeps all but the plan it cut.)
+      for dir in ${RANK_PLANS:-$PLANS}; do
+        timeout "${RANKS_SECONDS:-600}" python3 -m shardplan.cli collect ranks --profile "${PROFILE:-$(profile)}" \
+            --plans "$dir" --out "$STATE/compute-ranks.parquet" || echo "collect-ranks on $dir stopped (rc $?)"
+      done
       cp "$STATE/compute-ranks.parquet" "$OUT/" ;;
     train)
       # the GPU profile's model, trained here on the samples just collected (the searchers of the `plan`
@@ -71,12 +78,12 @@ for stage in "$@"; do
       # (every task at once, one process and one thread each: the machine has 16 cores)
       OMP_NUM_THREADS=1 python3 bench/gpu_suite.py plan --profile "${PROFILE:-$(profile)}" \
           --searchers "${SEARCHERS:-neuroshard}" --suite "${SUITE:-data/tasks/gpu-bench}" --jobs "${PLAN_JOBS:-12}" \
-          --plans build/gpu-plans --out "$OUT"
-      cp -r build/gpu-plans "$OUT/" ;;
+          --plans "$PLANS" --out "$OUT"
+      cp -r "$PLANS" "$OUT/gpu-plans" ;;
     suite)
       # each suite stage of a job is a round of its own: $OUT/suite-1, suite-2, ... (STAGES="suite suite")
       n=1; while [ -e "$OUT/suite-$n" ]; do n=$((n + 1)); done
-      python3 bench/gpu_suite.py run --profile "${PROFILE:-$(profile)}" --plans build/gpu-plans --out "$OUT/suite-$n" \
+      python3 bench/gpu_suite.py run --profile "${PROFILE:-$(profile)}" --plans "$PLANS" --out "$OUT/suite-$n" \
           --iterations "${ITERATIONS:-20}" ${SUITE_SECONDS:+--max-seconds "$SUITE_SECONDS"} ;;
     *) echo "unknown stage $stage (profile, unpack, install, collect, collect-large, collect-ranks, train, plan, suite)" >&2
        exit 2 ;;
