@@ -31,7 +31,7 @@ def _estimator(args: argparse.Namespace):
 
 
 def _cmd_collect_compute(args: argparse.Namespace) -> int:
-    from .cost.collect import COLLECT_DIMS, collect_compute
+    from .cost.collect import COLLECT_DIMS, ROW_SHARE, ROW_SPLITS, collect_compute
     from .cost.profiles import check_collect_target, get_profile
     from .pools import load_pool
 
@@ -49,12 +49,24 @@ def _cmd_collect_compute(args: argparse.Namespace) -> int:
         raise InputError("--min-table-rows/--min-pooling", f"no table of --pools {args.pools} has "
                          f"{args.min_table_rows} rows or more and pooling {args.min_pooling} or more",
                          "lower them or add a pool with such tables")
+    row_share = ROW_SHARE if args.row_share is None else args.row_share
+    if not 0 <= row_share <= 1:
+        raise InputError("--row-share", f"must be within 0..1, got {row_share}",
+                         "give the share of shards to cut to row ranges, or leave it out")
+    try:
+        row_splits = ROW_SPLITS if args.row_splits is None else tuple(int(x) for x in args.row_splits.split(","))
+    except ValueError:
+        row_splits = ()
+    if not row_splits or min(row_splits) < 2:
+        raise InputError("--row-splits", f"must be comma-separated integers of at least 2, got {args.row_splits!r}",
+                         "give the parts a table's rows are cut into, e.g. 2,4,8,16")
     default_name = "compute.parquet" if args.max_shards <= 15 else "compute-large.parquet"
     out = Path(args.out) if args.out else profile.dir / default_name
     check_collect_target(profile, out)
     df = collect_compute(profile, pool, out, args.samples, seed=args.seed, optimizer=args.optimizer,
                          repeats=args.repeats, min_shards=args.min_shards, max_shards=args.max_shards,
-                         max_seconds=args.max_seconds, min_cols=args.min_cols)
+                         max_seconds=args.max_seconds, min_cols=args.min_cols, row_share=row_share,
+                         row_splits=row_splits)
     print(f"{out}: {len(df)} samples")
     return 0
 
@@ -694,6 +706,11 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--min-cols", type=int, default=0,
                     help="draw only dims of at least this many columns (dims are re-drawn per shard; with "
                          "--min-table-rows/--min-pooling, sets whose rows touched leave the cache)")
+    cc.add_argument("--row-share", type=float, default=None,
+                    help="share of shards cut to a row range (default 0.3; a collection of row-wise slices "
+                         "takes another --seed than the default collection's)")
+    cc.add_argument("--row-splits", default=None,
+                    help="the parts a cut table's rows are split into, one drawn per cut shard (default 2,4,8)")
     cc.add_argument("--max-seconds", type=float, default=None,
                     help="stop after this long, keeping what was collected (run again to resume)")
     cc.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute.parquet, "

@@ -645,3 +645,27 @@ def test_long_ranks_count_more_in_training_only_when_asked():
     ms = np.array([2.0, 9.0, 16.0, 26.0, 80.0])
     assert rank_weights(ms).tolist() == [RANK_SAMPLE_WEIGHT] * 5
     assert rank_weights(ms, long_ranks=True).tolist() == [RANK_SAMPLE_WEIGHT * k for k in (1, 1, 2, 3, LONG_RANK_MAX)]
+
+
+def test_row_slice_collection_cuts_more_shards_and_defaults_draw_as_before():
+    prof = get_profile("cpu-2c")
+    default = [random_sample(np.random.default_rng([1, i]), POOL, prof) for i in range(40)]
+    same = [random_sample(np.random.default_rng([1, i]), POOL, prof, row_share=0.3, row_splits=(2, 4, 8))
+            for i in range(40)]
+    assert default == same  # the committed collection's sets are unchanged by the new knobs
+    sliced = [random_sample(np.random.default_rng([2, i]), POOL, prof, 4, 15, row_share=0.9, row_splits=(16,))
+              for i in range(40)]
+    cut = [s for specs in sliced for s in specs if s.rows < s.table_rows]
+    share = len(cut) / sum(len(specs) for specs in sliced)
+    assert share > 0.6  # about 0.9, less the tables too small to cut
+    assert all(-(-s.table_rows // 16) >= s.rows for s in cut)  # a sixteenth of the table (the last part less)
+
+
+def test_collect_compute_refuses_bad_row_knobs(tmp_path, capsys):
+    from shardplan.cli import main
+
+    for flags, field in ((["--row-share", "1.5"], "--row-share"), (["--row-splits", "1,2"], "--row-splits"),
+                         (["--row-splits", "four"], "--row-splits")):
+        out = tmp_path / "c.parquet"
+        assert main(["collect", "compute", "--samples", "1", "--out", str(out), *flags]) == 2
+        assert field in capsys.readouterr().err and not out.exists()

@@ -2,8 +2,9 @@
 import numpy as np
 import pytest
 
-from shardplan.cost.host_state import BAND_EDGES_MS, HostStateAdjustment
+from shardplan.cost.host_state import BAND_EDGES_MS, AtHostState, HostStateAdjustment
 from shardplan.cost.specs import ShardSpec
+from shardplan.errors import InputError
 
 
 def _jittered(n: int, gain: float, seed: int = 0):
@@ -47,3 +48,39 @@ def test_no_jitter_no_adjustment_and_thin_bands_left_alone():
     assert np.abs(adj.fwd_gain).max() < 0.05 and np.abs(adj.bwd_gain).max() < 0.05
     few = HostStateAdjustment.fit(sets[:100], fwd[:100] + ref[:100], bwd[:100], ref[:100])
     assert (few.fwd_gain == 0).all()  # under MIN_BAND_SAMPLES a band is not read
+
+
+class _Model:
+    """A compute model whose predictions are given, with the host-state gains a GPU model's training saves."""
+
+    profile = "h100"
+
+    def __init__(self, fwd, bwd, host_state=True):
+        self.fwd, self.bwd = np.array(fwd, float), np.array(bwd, float)
+        self.metadata = {"host_state": {"median_reference_ms": 0.6, "band_edges_ms": list(BAND_EDGES_MS),
+                                        "fwd_ms_per_reference_ms": [0.4, 0.2, 0.05, 0.0],
+                                        "bwd_ms_per_reference_ms": [0.5, 0.3, 0.02, 0.0]}} if host_state else {}
+
+    def predict(self, sets):
+        return self.fwd[:len(sets)], self.bwd[:len(sets)]
+
+
+def test_priced_at_another_host_state_by_the_gains_of_each_ops_band():
+    model = _Model([0.3, 0.8, 1.5, 3.0, 0.0], [0.4, 0.9, 1.8, 4.0, 0.0])
+    sets = [[]] * 5
+    same_f, same_b = AtHostState(model, 0.6).predict(sets)  # at the collection's median: as trained
+    assert np.allclose(same_f, model.fwd) and np.allclose(same_b, model.bwd)
+    slow_f, slow_b = AtHostState(model, 1.0).predict(sets)  # 0.4 ms of reference excess
+    assert np.allclose(slow_f, [0.3 + 0.16, 0.8 + 0.08, 1.5 + 0.02, 3.0, 0.0])
+    assert np.allclose(slow_b, [0.4 + 0.2, 0.9 + 0.12, 1.8 + 0.008, 4.0, 0.0])
+    quick_f, _ = AtHostState(model, 0.1).predict(sets)  # a host far quicker than any seen: never below a tenth
+    assert quick_f[0] == pytest.approx(0.3 - 0.2) and (quick_f[:4] >= 0.1 * model.fwd[:4]).all()
+    assert quick_f[4] == 0.0  # an empty set stays free
+
+
+def test_a_model_without_host_state_gains_or_a_bad_reference_is_refused():
+    with pytest.raises(InputError, match="reference_ms.*no host-state gains"):
+        AtHostState(_Model([1.0], [1.0], host_state=False), 0.8)
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(InputError, match="positive number of ms"):
+            AtHostState(_Model([1.0], [1.0]), bad)

@@ -44,8 +44,10 @@ for stage in "$@"; do
           || echo "lean package failed its check (see fbgemm-lean-check.txt)"
       fi ;;
     collect)
+      # ($COLLECT_ARGS: more of `collect compute`'s flags, e.g. a row-slice collection's
+      # "--seed 2 --row-share 0.8 --row-splits 2,4,8,16 --min-shards 4")
       python3 -m shardplan.cli collect compute --profile "${PROFILE:-$(profile)}" --samples "${SAMPLES:-5000}" \
-          --max-seconds "${COLLECT_SECONDS:-480}" --out "$STATE/compute.parquet"
+          --max-seconds "${COLLECT_SECONDS:-480}" --out "$STATE/compute.parquet" ${COLLECT_ARGS:-}
       cp "$STATE/compute.parquet" "$OUT/" ;;
     collect-large)
       python3 -m shardplan.cli collect compute --profile "${PROFILE:-$(profile)}" --samples "${LARGE_SAMPLES:-300}" \

@@ -41,16 +41,22 @@ from .specs import ShardSpec, specs_from_json, specs_to_json
 COLLECT_DIMS = (4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
 COLLECT_DIM_WEIGHTS = (2, 3, 1, 3, 1, 3, 1, 3, 1, 3)
 ROW_SPLITS = (2, 4, 8)
+ROW_SHARE = 0.3  # of a random set's shards cut to a row range
 
 
 def random_sample(rng: np.random.Generator, pool: list[Table], profile: Profile,
-                  min_shards: int = 1, max_shards: int = 15, min_cols: int = 0) -> list[ShardSpec]:
+                  min_shards: int = 1, max_shards: int = 15, min_cols: int = 0,
+                  row_share: float = ROW_SHARE, row_splits: tuple[int, ...] = ROW_SPLITS) -> list[ShardSpec]:
     """A random shard set within the profile's per-sample weight and lookup budgets.
 
     The budgets grow with ``max_shards`` beyond 15 so that larger sets are not
     just more of the smallest shards. ``min_cols`` draws only the dims of at least that
     many columns (a targeted collection of wide hot shards); at 0 the draws are exactly the
-    default collection's.
+    default collection's. ``row_share`` of the shards are cut to one of ``row_splits`` row
+    ranges: row-wise plans put a 1/world slice of many tables on every rank (TorchRec's
+    plans of the 16-rank GPU suite: a median of 16 slices of 1/16 in a rank of 24 shards,
+    where fewer than 1% of the default collection's sets hold 8 slices); at the defaults the
+    draws are the default collection's.
     """
     batch = int(rng.choice(profile.collect_batch_sizes))
     n = int(rng.integers(min_shards, max_shards + 1))
@@ -68,8 +74,8 @@ def random_sample(rng: np.random.Generator, pool: list[Table], profile: Profile,
         cols = int(rng.choice(dims, p=p))
         table_rows = min(t.num_embeddings, profile.max_rows)
         row_offset, rows = 0, table_rows
-        if table_rows >= 64 and rng.random() < 0.3:
-            parts = int(rng.choice(ROW_SPLITS))
+        if table_rows >= 64 and rng.random() < row_share:
+            parts = int(rng.choice(row_splits))
             block = -(-table_rows // parts)
             i = int(rng.integers(parts))
             row_offset, rows = i * block, min(block, table_rows - i * block)
@@ -212,11 +218,13 @@ def retime(profile: Profile, src: Path, out: Path, flush_every: int = 25) -> pd.
 def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples: int, seed: int = 0,
                     optimizer: str = "sgd", dtype: str = "fp32", flush_every: int = 25,
                     warmup: int | None = None, repeats: int | None = None, min_shards: int = 1,
-                    max_shards: int = 15, max_seconds: float | None = None, min_cols: int = 0) -> pd.DataFrame:
+                    max_shards: int = 15, max_seconds: float | None = None, min_cols: int = 0,
+                    row_share: float = ROW_SHARE, row_splits: tuple[int, ...] = ROW_SPLITS) -> pd.DataFrame:
     """Append samples to ``out`` until it holds ``num_samples`` rows of this seed; resumable.
 
-    ``warmup``/``repeats`` default to the profile's timing protocol; ``min_cols`` as in
-    :func:`random_sample`. With ``max_seconds`` it stops
+    ``warmup``/``repeats`` default to the profile's timing protocol; ``min_cols``, ``row_share`` and
+    ``row_splits`` as in :func:`random_sample` (a collection that changes them takes a seed of its own,
+    since a seed's sample ``i`` is one set). With ``max_seconds`` it stops
     (what it has written kept) once that much time has passed, so that a lent machine's time limit
     ends a call cleanly and the next call resumes.
     """
@@ -235,7 +243,7 @@ def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples:
         if deadline is not None and time.monotonic() > deadline:
             break
         rng = np.random.default_rng([seed, i])
-        specs = random_sample(rng, pool, profile, min_shards, max_shards, min_cols)
+        specs = random_sample(rng, pool, profile, min_shards, max_shards, min_cols, row_share, row_splits)
         rows.append({"seed": seed, "sample": i, "source": "random",
                      **timed_row(specs, optimizer, dtype, profile, i, warmup, repeats, quiet_ms), **stamp})
         if len(rows) >= flush_every:

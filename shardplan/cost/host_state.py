@@ -17,6 +17,8 @@ training split alone (each set priced by a model fitted without it);
 :meth:`HostStateAdjustment.apply` subtracts that share of each sample's
 reference excess. Labels so adjusted are at the collection's median host
 state, which is the state a typical training step meets, not its quietest.
+:class:`AtHostState` prices a trained model at another host state, given the
+reference as timed there.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..errors import InputError
 from .baselines import GBMCostModel
 from .specs import ShardSpec
 
@@ -121,3 +124,48 @@ class HostStateAdjustment:
                 f"excess over its median ({self.median_reference_ms:.4f} ms) timed beside each sample, times "
                 f"the ms an op gains per ms of it, read per op and per band of the op's length on the training "
                 f"split (fwd/bwd: {gains})")
+
+
+class AtHostState:
+    """A GPU compute model priced at a given host state instead of its collection's median one.
+
+    The model learnt labels at the median host state of its collection; the gains its training read
+    (``metadata["host_state"]``, :meth:`HostStateAdjustment.summary`) say how many ms an op of each band of
+    length gains per ms the reference workload runs over that median. Given the reference as timed on the
+    host to be priced (``reference_ms``), each predicted op gets that share back. The band is chosen by the
+    model's own prediction (training banded by a gradient-boosting model that is not saved), and the shift
+    is linear in the reference's excess, as read within one collection: on another machine, where the
+    reference runs outside that range, it is an extrapolation (``bench/gpu_ranks.py`` measures how far it
+    carries). Implements the estimator's ``ComputeModel`` protocol.
+    """
+
+    def __init__(self, compute: Any, reference_ms: float) -> None:
+        summary = (getattr(compute, "metadata", None) or {}).get("host_state")
+        if not summary:
+            raise InputError("reference_ms", f"the compute model of profile {compute.profile!r} has no host-state "
+                             "gains (CPU profiles divide their measurements by the reference instead)",
+                             "price a GPU profile's neural model, or leave out the host reference")
+        if not np.isfinite(reference_ms) or reference_ms <= 0:
+            raise InputError("reference_ms", f"must be a positive number of ms, got {reference_ms!r}",
+                             "give the reference workload's time on the host to be priced")
+        self.compute = compute
+        self.profile = compute.profile
+        self.metadata = compute.metadata
+        self.reference_ms = float(reference_ms)
+        self._edges = np.asarray(summary["band_edges_ms"], float)
+        self._gains = (np.asarray(summary["fwd_ms_per_reference_ms"], float),
+                       np.asarray(summary["bwd_ms_per_reference_ms"], float))
+        self._excess = self.reference_ms - float(summary["median_reference_ms"])
+
+    def shift(self, fwd_ms: np.ndarray, bwd_ms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Predictions at the collection's median host state, moved to this one (an empty set stays 0, and
+        no op is priced below a tenth of its median-state time: a quicker host than any seen cannot make
+        an op free)."""
+        out = []
+        for ms, gain in zip((np.asarray(fwd_ms, float), np.asarray(bwd_ms, float)), self._gains):
+            moved = ms + gain[np.searchsorted(self._edges, ms, side="right")] * self._excess
+            out.append(np.where(ms > 0, np.maximum(moved, 0.1 * ms), 0.0))
+        return out[0], out[1]
+
+    def predict(self, sets: list[list[ShardSpec]]) -> tuple[np.ndarray, np.ndarray]:
+        return self.shift(*self.compute.predict(sets))
