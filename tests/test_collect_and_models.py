@@ -659,6 +659,10 @@ def test_row_slice_collection_cuts_more_shards_and_defaults_draw_as_before():
     share = len(cut) / sum(len(specs) for specs in sliced)
     assert share > 0.6  # about 0.9, less the tables too small to cut
     assert all(-(-s.table_rows // 16) >= s.rows for s in cut)  # a sixteenth of the table (the last part less)
+    short = [Table(f"s{r}", r, 4, 2.0) for r in range(64, 400, 7)]  # tables too short for 16 full parts
+    cuts = [s for i in range(200) for s in random_sample(np.random.default_rng([3, i]), short, prof, 4, 15,
+                                                          row_share=1.0, row_splits=(16,))]
+    assert cuts and all(0 < s.rows and s.row_offset + s.rows <= s.table_rows for s in cuts)
 
 
 def test_collect_compute_refuses_bad_row_knobs(tmp_path, capsys):

@@ -77,7 +77,9 @@ def random_sample(rng: np.random.Generator, pool: list[Table], profile: Profile,
         if table_rows >= 64 and rng.random() < row_share:
             parts = int(rng.choice(row_splits))
             block = -(-table_rows // parts)
-            i = int(rng.integers(parts))
+            # the parts that hold rows: fewer than ``parts`` where the table is short for them (65 rows in
+            # 16 parts of 5 fill 13); with the default splits and 64 rows or more, always all of them
+            i = int(rng.integers(-(-table_rows // block)))
             row_offset, rows = i * block, min(block, table_rows - i * block)
         frac = rows / table_rows
         nbytes = rows * cols * 4
