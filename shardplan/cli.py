@@ -27,7 +27,7 @@ def command_line() -> str:
 def _estimator(args: argparse.Namespace):
     from .cost.estimator import load_estimator
 
-    return load_estimator(args.profile, getattr(args, "model", None))
+    return load_estimator(args.profile, getattr(args, "model", None), getattr(args, "host_reference_ms", None))
 
 
 def _cmd_collect_compute(args: argparse.Namespace) -> int:
@@ -380,7 +380,34 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
         print(f"{name:<14}{', '.join(tags):<20}{trained:<18}{p.description}")
     if args.probe:
         print(_probe_note(here))
+    if args.host_reference:
+        print(_host_reference_note(args.profile))
     return 0
+
+
+def _host_reference_note(profile_name: str | None) -> str:
+    """``profiles --host-reference``: the reference workload timed on this machine's device, to price a GPU
+    profile at this host's state (``--host-reference-ms``): its short ops wait on launches the host issues."""
+    import statistics
+
+    import torch
+
+    from .cost.kernel import time_reference
+    from .cost.profiles import get_profile
+
+    if profile_name is None:
+        raise InputError("--profile", "--host-reference needs the GPU profile to price", "add --profile h100 (or h200)")
+    profile = get_profile(profile_name)
+    if profile.device != "cuda":
+        raise InputError("--profile", f"{profile.name!r} is a CPU profile, whose measurements are divided by the "
+                         "reference instead", "give a GPU profile (h100, h200) with --host-reference")
+    if not torch.cuda.is_available():
+        raise InputError("--host-reference", f"profile {profile.name!r} runs on CUDA and this machine has no CUDA "
+                         "device", "run it on the machine that will train, then pass --host-reference-ms there")
+    readings = [time_reference(profile.device) for _ in range(21)]
+    ms = statistics.median(readings)
+    return (f"host reference ({profile.name}, {torch.cuda.get_device_name(0)}): {ms:.4f} ms, median of 21 "
+            f"({min(readings):.4f}-{max(readings):.4f}); price with --host-reference-ms {ms:.4f}")
 
 
 def _probe_note(profile: Profile | None) -> str:
@@ -542,6 +569,10 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--profile", default=DEFAULT_PROFILE, help=f"hardware profile (default {DEFAULT_PROFILE})")
         if model:
             sp.add_argument("--model", help="compute-model file (default: the profile's committed one)")
+            sp.add_argument("--host-reference-ms", type=float, default=None,
+                            help="GPU profiles: price at the host state of a machine whose reference workload "
+                                 "runs in this many ms (`shardplan profiles --host-reference` times it there; "
+                                 "default: the state of the profile's collection)")
         return sp
 
     run = with_profile(sub.add_parser("run", help="plan a task with the default searcher; show predicted "
@@ -584,6 +615,10 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--probe", action="store_true",
                       help="also re-time a few of this host's profile's stored plan ranks (about 15 s) and say "
                            "whether this machine runs them as their labels say")
+    prof.add_argument("--host-reference", action="store_true",
+                      help="time the reference workload on this machine's GPU, the figure --host-reference-ms "
+                           "prices a GPU profile at (with --profile)")
+    prof.add_argument("--profile", default=None, help="the GPU profile --host-reference is for")
     prof.set_defaults(func=_cmd_profiles)
 
     rep = with_profile(sub.add_parser("report", help="self-contained HTML report of one or more plans"))

@@ -45,6 +45,18 @@ def test_a_gpu_profile_plans_with_the_model_it_names(server: str, task_dict: dic
                    timeout=60)
     assert r.status_code == 200, r.text
     assert r.json()["cost"]["compute_model"].startswith("neural") and r.json()["cost"]["profile"] == "h100"
+    # priced at a slow host's state: every rank's compute costs more, and the cost names the state
+    slow = httpx.post(server + "/v1/evaluations", params={"profile": "h100", "host_reference_ms": 1.5},
+                      json=dict(r.json(), cost=None), timeout=60)
+    assert slow.status_code == 200, slow.text
+    assert "host reference of 1.500 ms" in slow.json()["cost"]["compute_model"]
+    compute = [[q["fwd_compute_ms"] + q["bwd_compute_ms"] for q in c["per_rank"]]
+               for c in (r.json()["cost"], slow.json()["cost"])]
+    assert all(s > p for s, p in zip(compute[1], compute[0]) if p > 0)
+    # a CPU profile has no host-state gains: a 422 naming the field
+    bad = httpx.post(server + "/v1/plans", params={"profile": "cpu-2c", "host_reference_ms": 0.8}, json=task_dict,
+                     timeout=60)
+    assert bad.status_code == 422 and "host_reference_ms" in bad.text
 
 
 def test_plan_then_evaluate_round_trip(server: str, task_dict: dict) -> None:

@@ -79,8 +79,50 @@ def test_priced_at_another_host_state_by_the_gains_of_each_ops_band():
 
 
 def test_a_model_without_host_state_gains_or_a_bad_reference_is_refused():
-    with pytest.raises(InputError, match="reference_ms.*no host-state gains"):
+    with pytest.raises(InputError, match="host_reference_ms.*no host-state gains"):
         AtHostState(_Model([1.0], [1.0], host_state=False), 0.8)
     for bad in (0.0, -1.0, float("nan")):
         with pytest.raises(InputError, match="positive number of ms"):
             AtHostState(_Model([1.0], [1.0]), bad)
+
+
+def test_cli_prices_a_gpu_plan_at_the_host_reference_given(tmp_path, capsys):
+    """The committed h100 model at its collection's median reference prices as without one; at a slower host
+    every rank costs more, and the plan file names the state it was priced at. A CPU profile refuses."""
+    import json
+
+    from shardplan.cli import main
+    from shardplan.cost.estimator import load_estimator
+
+    task = "data/tasks/gpu-bench/gpu-bench-00.json"
+    plain = tmp_path / "plain.json"
+    assert main(["plan", task, "--profile", "h100", "--searcher", "greedy-size", "-o", str(plain)]) == 0
+    median = load_estimator("h100").compute.metadata["host_state"]["median_reference_ms"]
+    costs = {}
+    for name, ref in (("median", median), ("slow", median + 0.4)):
+        out = tmp_path / f"{name}.json"
+        assert main(["evaluate", str(plain), "--profile", "h100", "--host-reference-ms", str(ref), "-o", str(out)]) == 0
+        costs[name] = json.loads(out.read_text())["cost"]
+    base = json.loads(plain.read_text())["cost"]
+    compute = {k: [r["fwd_compute_ms"] + r["bwd_compute_ms"] for r in c["per_rank"]]
+               for k, c in (("plain", base), *costs.items())}
+    assert compute["median"] == pytest.approx(compute["plain"])
+    assert all(s > p for s, p in zip(compute["slow"], compute["plain"]))
+    assert f"host reference of {median + 0.4:.3f} ms" in costs["slow"]["compute_model"]
+    capsys.readouterr()
+    bad = tmp_path / "bad.json"
+    assert main(["evaluate", str(plain), "--profile", "cpu-2c", "--host-reference-ms", "0.8", "-o", str(bad)]) == 2
+    assert "host_reference_ms" in capsys.readouterr().err and not bad.exists()
+
+
+def test_host_reference_is_timed_only_for_a_gpu_profile_on_a_gpu(capsys):
+    import torch
+
+    from shardplan.cli import main
+
+    assert main(["profiles", "--host-reference"]) == 2  # which GPU profile is it for?
+    assert main(["profiles", "--host-reference", "--profile", "cpu-2c"]) == 2
+    assert "CPU profile" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert main(["profiles", "--host-reference", "--profile", "h100"]) == 2
+        assert "no CUDA device" in capsys.readouterr().err

@@ -101,6 +101,13 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+# GPU profiles: price at the host state of a machine whose reference workload runs in this many ms
+HostReference = Annotated[float | None, Query(
+    gt=0, le=100, description="GPU profiles: price at the host state of a machine whose reference workload runs in "
+                              "this many ms (`shardplan profiles --host-reference` times it there); default the "
+                              "profile's collection's state")]
+
+
 def _estimators(profiles: Sequence[str] | None) -> dict[str, PlanEstimator]:
     """The named profiles' estimators (an error if one cannot be loaded), or every one that loads."""
     if profiles is not None:
@@ -139,12 +146,13 @@ def create_app(limits: Limits | None = None, profiles: Sequence[str] | None = No
         msg = exc.problem + (f"; {exc.fix}" if exc.fix else "")
         return _error(422, _loc(exc.field), msg, kind)
 
-    def estimator(profile: ProfileName) -> PlanEstimator:
+    def estimator(profile: ProfileName, host_reference_ms: float | None = None) -> PlanEstimator:
         try:
-            return app.state.estimators[profile.value]
+            est = app.state.estimators[profile.value]
         except KeyError:
             raise InputError("profile", f"profile {profile.value!r} has no cost models in this service",
                              f"use one of {sorted(app.state.estimators)}") from None
+        return est if host_reference_ms is None else est.at_host_state(host_reference_ms)
 
     async def off_loop(fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(app.state.executor, fn, *args)
@@ -179,21 +187,23 @@ def create_app(limits: Limits | None = None, profiles: Sequence[str] | None = No
         sharding_types: Annotated[list[ShardingType] | None, Query(
             description="the types the plan may use (e.g. what gloo runs: table_wise, column_wise, "
                         "data_parallel); default any")] = None,
+        host_reference_ms: HostReference = None,
     ) -> dict[str, Any]:
         """Plan a ``shardplan/task@1``; the answer is a ``shardplan/plan@1`` with its predicted cost."""
         domain_task = task_from_model(task)
         limits.check_task(domain_task)
-        est = estimator(profile)
+        est = estimator(profile, host_reference_ms)
         types = [t.value for t in sharding_types] if sharding_types else None
         plan = await off_loop(_plan, domain_task, searcher.value, est, seed, budget_s, types)
         return plan_to_dict(plan)
 
     @app.post("/v1/evaluations", response_model=PlanModel, responses=ERRORS, tags=["planning"])
-    async def evaluations(plan: PlanModel, profile: ProfileName = ProfileName("cpu-2c")) -> dict[str, Any]:
+    async def evaluations(plan: PlanModel, profile: ProfileName = ProfileName("cpu-2c"),
+                          host_reference_ms: HostReference = None) -> dict[str, Any]:
         """Check a ``shardplan/plan@1`` (tiling, ranks, memory) and return it with its predicted ``cost``."""
         domain_plan = plan_from_model(plan)
         limits.check_task(domain_plan.task, where="task.")
-        est = estimator(profile)
+        est = estimator(profile, host_reference_ms)
         return plan_to_dict(await off_loop(_evaluate, domain_plan, est))
 
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)

@@ -71,6 +71,15 @@ class PlanEstimator:
         return PlanCost(kind="predicted", profile=self.profile, per_rank=per_rank,
                         extra={"compute_model": self.compute_name, "comm_model": self.comm.name})
 
+    def at_host_state(self, host_reference_ms: float) -> "PlanEstimator":
+        """This estimator priced at the host state of a machine whose reference workload runs in
+        ``host_reference_ms`` (GPU profiles; :class:`.host_state.AtHostState`), with a cache of its own."""
+        from .host_state import AtHostState
+
+        compute = AtHostState(self.compute, host_reference_ms)
+        return PlanEstimator(compute, self.comm, self.profile,
+                             f"{self.compute_name} at a host reference of {compute.reference_ms:.3f} ms")
+
     @property
     def optimizers(self) -> list[str]:
         meta = getattr(self.compute, "metadata", {}) or {}
@@ -86,13 +95,18 @@ def comm_model_for(profile: Profile) -> CommModel:
     return AlphaBetaCommModel(profile=profile.name)
 
 
-def load_estimator(profile_name: str = "cpu-2c", model_path: str | Path | None = None) -> PlanEstimator:
+def load_estimator(profile_name: str = "cpu-2c", model_path: str | Path | None = None,
+                   host_reference_ms: float | None = None) -> PlanEstimator:
     """The profile's committed neural compute model and its comm model.
 
     A GPU profile with no trained model yet gets the roofline of its published HBM
     bandwidth instead (:meth:`RooflineCostModel.published`), with a warning, and
     every cost it gives names that model: GPU plans can be made before GPU cost
     data exists, priced the way TorchRec's planner prices them.
+
+    ``host_reference_ms`` (GPU profiles): price at the host state of a machine whose reference
+    workload runs in that many ms (``shardplan profiles --host-reference`` times it there) instead of
+    the collection's median state (:class:`.host_state.AtHostState`); every cost names it.
     """
     from .baselines import RooflineCostModel
     from .model import NeuralCostModel
@@ -110,5 +124,6 @@ def load_estimator(profile_name: str = "cpu-2c", model_path: str | Path | None =
                          f"run `shardplan train --profile {profile.name}`")
     compute = NeuralCostModel.load(path, profile=profile.name)
     saved = compute.metadata.get("saved")
-    return PlanEstimator(compute, comm_model_for(profile), profile.name,
-                         f"neural ({path.name}" + (f", saved {saved})" if saved else ")"))
+    est = PlanEstimator(compute, comm_model_for(profile), profile.name,
+                        f"neural ({path.name}" + (f", saved {saved})" if saved else ")"))
+    return est if host_reference_ms is None else est.at_host_state(host_reference_ms)

@@ -142,11 +142,11 @@ class AtHostState:
     def __init__(self, compute: Any, reference_ms: float) -> None:
         summary = (getattr(compute, "metadata", None) or {}).get("host_state")
         if not summary:
-            raise InputError("reference_ms", f"the compute model of profile {compute.profile!r} has no host-state "
+            raise InputError("host_reference_ms", f"the compute model of profile {compute.profile!r} has no host-state "
                              "gains (CPU profiles divide their measurements by the reference instead)",
                              "price a GPU profile's neural model, or leave out the host reference")
         if not np.isfinite(reference_ms) or reference_ms <= 0:
-            raise InputError("reference_ms", f"must be a positive number of ms, got {reference_ms!r}",
+            raise InputError("host_reference_ms", f"must be a positive number of ms, got {reference_ms!r}",
                              "give the reference workload's time on the host to be priced")
         self.compute = compute
         self.profile = compute.profile
