@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 
 import shardplan
 from shardplan.execute.dlrm_loop import run_loop
@@ -61,3 +62,34 @@ def test_gpu_labels_reads_the_committed_h200_data(tmp_path, load_script) -> None
     labels.main(["--profile", "h200", "--draw", "50", "--out", str(tmp_path)])
     md = (tmp_path / "gpu-labels-h200.md").read_text()
     assert "15601 sets" in md and "| published roofline / measured fwd+bwd (50 sets, seed 0) |" in md
+
+
+def test_gpu_ranks_prices_the_committed_h100_data_as_trained_and_at_the_host_state(tmp_path, load_script) -> None:
+    """On the third H100's data (never trained on): the report has every section, each rank has its median over
+    the collector's and the loop's timing, and pricing at each set's reference errs less than as trained."""
+    import re
+
+    ranks = load_script("bench/gpu_ranks.py")
+    sets = tmp_path / "sets.parquet"
+    pd.read_parquet("data/profiles/h100/compute-row-slices-third-h100.parquet").head(300).to_parquet(sets)
+    third = "bench/results/gpu-h100-2026-11-26-third"
+    ranks.main(["--profile", "h100", "--name", "t", "--out", str(tmp_path), "--sets", str(sets),
+                "--ranks", "data/profiles/h100/plan-ranks-third-h100.parquet",
+                "--suites", f"{third}/gpu-suite-h100-round1.csv"])
+    md = (tmp_path / "t.md").read_text()
+    for section in ("## 2.", "## 3.", "## 4.", "## 5."):
+        assert section in md
+    mape = {m[0]: float(m[1]) for m in re.findall(r"\| `[^`]*sets\.parquet` \| ([^|]+?) \| 300 \| [\d.]+ \| ([\d.]+)%", md)}
+    assert mape["at each set's reference"] < mape["as trained"]
+    assert "| `torchrec` (median of 2) | as trained | 120 |" in md  # the collector's timing and one loop round
+
+
+def test_gpu_ranks_refuses_a_cpu_profile_or_a_missing_file(tmp_path, load_script) -> None:
+    from shardplan.errors import InputError
+
+    ranks = load_script("bench/gpu_ranks.py")
+    with pytest.raises(InputError, match="CPU profile"):
+        ranks.main(["--profile", "cpu-2c", "--name", "t", "--out", str(tmp_path)])
+    with pytest.raises(InputError, match="no file"):
+        ranks.main(["--profile", "h100", "--name", "t", "--ranks", str(tmp_path / "none.parquet")])
+    assert not (tmp_path / "t.md").exists()
