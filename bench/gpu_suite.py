@@ -38,10 +38,10 @@ DEFAULT_SEARCHERS = "torchrec,neuroshard,neuroshard-tw,greedy-cost,greedy-lookup
 
 
 def _plan_task(path: Path, searchers: list[str], out: Path,
-               est: PlanEstimator | tuple[str, Path | None]) -> list[dict]:
+               est: PlanEstimator | tuple[str, Path | None, float | None]) -> list[dict]:
     """One task planned by every searcher; its plans saved to ``out``, one row per searcher.
-    ``est``: an estimator, or the (profile, model file or None for its committed one) this (worker)
-    process loads."""
+    ``est``: an estimator, or the (profile, model file or None for its committed one, host reference or
+    None) this (worker) process loads."""
     if isinstance(est, tuple):
         est = load_estimator(*est)
     task = load_task(path)
@@ -61,12 +61,12 @@ def _plan_task(path: Path, searchers: list[str], out: Path,
 
 
 def plan_suite(est: PlanEstimator, suite: Path, searchers: list[str], out: Path, jobs: int = 1,
-               model: Path | None = None) -> pd.DataFrame:
+               model: Path | None = None, host_reference_ms: float | None = None) -> pd.DataFrame:
     """Plan every task with every searcher (on this machine: TorchRec and the cost models run on CPU);
     one row a (task, searcher): the plan's predicted cost, or why there is none. ``jobs`` > 1 plans that
     many tasks at once, each in a process of its own with one thread (a plan does not depend on it: the
     searchers are bounded by work, not time), loading ``model``, ``est``'s model file (default: its
-    profile's committed one)."""
+    profile's committed one), at ``host_reference_ms``, ``est``'s host state (default: the collection's)."""
     out.mkdir(parents=True, exist_ok=True)
     paths = sorted(suite.glob("*.json"))
     if jobs > 1:
@@ -74,7 +74,7 @@ def plan_suite(est: PlanEstimator, suite: Path, searchers: list[str], out: Path,
 
         with ProcessPoolExecutor(max_workers=jobs, initializer=_one_thread) as pool:
             per_task = list(pool.map(_plan_task, paths, [searchers] * len(paths), [out] * len(paths),
-                                     [(est.profile, model)] * len(paths)))
+                                     [(est.profile, model, host_reference_ms)] * len(paths)))
     else:
         per_task = [_plan_task(path, searchers, out, est) for path in paths]
     return pd.DataFrame([r for rows in per_task for r in rows],
@@ -271,6 +271,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--profile", default="h200")
     ap.add_argument("--model", type=Path, help="`plan`, `rounds --reprice`: this compute model file instead of "
                                                "the profile's committed one (a candidate)")
+    ap.add_argument("--host-reference-ms", type=float, default=None,
+                    help="`plan`: price at the host state of a machine whose reference workload runs in this many ms "
+                         "(`shardplan profiles --host-reference`; default: the collection's state)")
     ap.add_argument("--suite", default="data/tasks/gpu-bench")
     ap.add_argument("--searchers", default=DEFAULT_SEARCHERS)
     ap.add_argument("--plans", default="build/gpu-plans", help="where `plan` writes and `run` reads the plans")
@@ -282,8 +285,9 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.stage == "plan":
-        est = load_estimator(args.profile, args.model)
-        df = plan_suite(est, Path(args.suite), args.searchers.split(","), Path(args.plans), args.jobs, args.model)
+        est = load_estimator(args.profile, args.model, args.host_reference_ms)
+        df = plan_suite(est, Path(args.suite), args.searchers.split(","), Path(args.plans), args.jobs, args.model,
+                        args.host_reference_ms)
         print(plan_report(df, args.profile, est.compute_name, out))
         print(f"plans in {args.plans}")
     elif args.stage == "rounds":

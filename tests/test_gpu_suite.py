@@ -57,6 +57,21 @@ def test_gpu_suite_plans_tasks_in_parallel_to_the_same_plans(tmp_path, task_dict
         assert one.tables == two.tables
 
 
+def test_gpu_suite_plans_at_a_host_state_in_every_worker(tmp_path, task_dict, load_script) -> None:
+    suite = load_script("bench/gpu_suite.py")
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "t0.json").write_text(json.dumps({**task_dict, "name": "t0"}))
+    for name, extra in (("plain", []), ("slow1", ["--host-reference-ms", "1.5"]),
+                        ("slow2", ["--host-reference-ms", "1.5", "--jobs", "2"])):
+        suite.main(["plan", "--profile", "h100", "--suite", str(tmp_path / "suite"), "--searchers", "greedy-size",
+                    "--plans", str(tmp_path / name), "--out", str(tmp_path / "out"), *extra])
+    plain, slow1, slow2 = (load_plan(tmp_path / n / "t0--greedy-size.json") for n in ("plain", "slow1", "slow2"))
+    assert "host reference of 1.500 ms" in slow1.search["cost_model"]
+    assert slow1.search["cost_model"] == slow2.search["cost_model"] and slow1.tables == slow2.tables
+    assert "host reference" not in plain.search["cost_model"]
+    assert slow1.cost.max_ms > plain.cost.max_ms  # a slower host's launches cost every rank more
+
+
 def test_gpu_labels_reads_the_committed_h200_data(tmp_path, load_script) -> None:
     labels = load_script("bench/gpu_labels.py")
     labels.main(["--profile", "h200", "--draw", "50", "--out", str(tmp_path)])
