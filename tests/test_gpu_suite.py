@@ -94,7 +94,8 @@ def test_gpu_ranks_prices_the_committed_h100_data_as_trained_and_at_the_host_sta
     md = (tmp_path / "t.md").read_text()
     for section in ("## 2.", "## 3.", "## 4.", "## 5."):
         assert section in md
-    mape = {m[0]: float(m[1]) for m in re.findall(r"\| `[^`]*sets\.parquet` \| ([^|]+?) \| 300 \| [\d.]+ \| ([\d.]+)%", md)}
+    row = r"\| `[^`]*sets\.parquet` \| ([^|]+?) \| 300 \| [\d.]+ \| ([\d.]+)%"
+    mape = {m[0]: float(m[1]) for m in re.findall(row, md)}
     assert mape["at each set's reference"] < mape["as trained"]
     assert "| `torchrec` (median of 2) | as trained | 120 |" in md  # the collector's timing and one loop round
 
