@@ -37,7 +37,8 @@ from shardplan.formats import load_plan, write_text_atomic
 from host_jitter import length_bands  # a sibling: bench/ is on sys.path when run
 
 
-def _spread(x: np.ndarray) -> str:
+def spread(x: np.ndarray) -> str:
+    """Median (10th-90th percentile) of ``x``, as the GPU reports print a distribution."""
     p10, p50, p90 = np.percentile(x, [10, 50, 90])
     return f"{p50:.3f} ({p10:.3f}-{p90:.3f})"
 
@@ -63,8 +64,8 @@ def chips_report(a: str, b: str, suites: list[Path] | None = None, out: Path = P
              f"`{a}`'s ms over `{b}`'s, by band of `{b}`'s fwd+bwd ms:", "",
              "| band (ms) | sets | fwd | bwd | fwd+bwd |", "| --- | --- | --- | --- | --- |"]
     for band, rows in length_bands(total_b):
-        lines.append(f"| {band} | {int(rows.sum())} | {_spread(fa[rows] / fb[rows])} | {_spread(ba[rows] / bb[rows])} "
-                     f"| {_spread((fa + ba)[rows] / total_b[rows])} |")
+        lines.append(f"| {band} | {int(rows.sum())} | {spread(fa[rows] / fb[rows])} | {spread(ba[rows] / bb[rows])} "
+                     f"| {spread((fa + ba)[rows] / total_b[rows])} |")
     held = holdout_mask(both)  # held out by (seed, sample): the same sets on both chips
     lines += ["", f"Each committed model (predicted) on the {int(held.sum())} held-out sets of both chips, against "
               "the labels as timed (no model was trained on them):", "",
@@ -90,8 +91,8 @@ def chips_report(a: str, b: str, suites: list[Path] | None = None, out: Path = P
         lines += ["", f"The GPU suite's plans measured on both chips ({len(merged)} plans, the same plan files; "
                   f"`{suites[0]}` over `{suites[1]}`), emulated-rank loop, compute + modelled comm:", "",
                   "| what | n | median (10th-90th percentile) |", "| --- | --- | --- |",
-                  f"| every rank | {len(ratios)} | {_spread(ratios)} |",
-                  f"| the plan's slowest rank | {len(merged)} | {_spread(slowest.to_numpy())} |"]
+                  f"| every rank | {len(ratios)} | {spread(ratios)} |",
+                  f"| the plan's slowest rank | {len(merged)} | {spread(slowest.to_numpy())} |"]
         lines += ["", "Each committed model (predicted) on every rank each suite run measured (its plans read from "
                   "the `plans/` folder beside the CSV), compute + comm:", "",
                   "| model | run | ranks | median predicted / measured | MAPE | within 15% |",

@@ -5,7 +5,7 @@ A GPU profile's model learnt its labels at the median host state of the one mach
 or the same one in another hour, runs short ops slower or quicker as its host launches them, which the
 reference workload timed beside every sample reads. This report prices measured sets with the profile's
 committed model two ways: as trained (the collection's median host state), and at the host state measured
-(:class:`shardplan.cost.host_state.AtHostState`: the gains its training read, applied to the reference
+(:func:`shardplan.cost.host_state.at_reference`: the gains its training read, applied to the reference
 timed beside each set or each plan). All times are measured FBGEMM forward + backward (fused SGD) by CUDA
 events; predictions are by the named committed model.
 
@@ -45,21 +45,17 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from shardplan.cost.estimator import load_estimator
-from shardplan.cost.host_state import AtHostState, reference_ms
+from shardplan.cost.host_state import at_reference, reference_ms
 from shardplan.cost.profiles import get_profile
 from shardplan.cost.specs import specs_from_json
 from shardplan.errors import InputError, exit_status
 from shardplan.formats import load_plan, write_text_atomic
 
-from host_jitter import length_bands  # a sibling: bench/ is on sys.path when run
+from gpu_chips import spread  # siblings: bench/ is on sys.path when run
+from host_jitter import length_bands
 
 PRICE_HEADER = ["| sets | priced | n | median predicted / measured | MAPE | within 15% | Spearman |",
                 "| --- | --- | --- | --- | --- | --- | --- |"]
-
-
-def _spread(x: np.ndarray) -> str:
-    p10, p50, p90 = np.percentile(x, [10, 50, 90])
-    return f"{p50:.3f} ({p10:.3f}-{p90:.3f})"
 
 
 def _price_row(label: str, priced: str, pred: np.ndarray, meas: np.ndarray) -> str:
@@ -70,21 +66,12 @@ def _price_row(label: str, priced: str, pred: np.ndarray, meas: np.ndarray) -> s
             f"{int((err <= 0.15).sum())}/{len(err)} | {rho:.3f} |")
 
 
-def _at_state(model, fwd: np.ndarray, bwd: np.ndarray, refs: np.ndarray) -> np.ndarray:
-    """fwd+bwd of each set moved to its own reference reading."""
-    out = np.empty(len(fwd))
-    for i, (f, b, ref) in enumerate(zip(fwd, bwd, refs)):
-        sf, sb = AtHostState(model, float(ref)).shift(np.array([f]), np.array([b]))
-        out[i] = sf[0] + sb[0]
-    return out
-
-
 def _priced(model, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Measured fwd+bwd, the model's as trained, at each set's reference, at the file's median reference."""
     fwd, bwd = model.predict([specs_from_json(s) for s in df["shards"]])
-    refs = reference_ms(df)
-    return ((df["fwd_ms"] + df["bwd_ms"]).to_numpy(), fwd + bwd, _at_state(model, fwd, bwd, refs),
-            _at_state(model, fwd, bwd, np.full(len(df), np.median(refs))))
+    refs, summary = reference_ms(df), model.metadata["host_state"]
+    return ((df["fwd_ms"] + df["bwd_ms"]).to_numpy(), fwd + bwd, sum(at_reference(summary, fwd, bwd, refs)),
+            sum(at_reference(summary, fwd, bwd, np.median(refs))))
 
 
 def _machine(df: pd.DataFrame) -> str:
@@ -129,18 +116,18 @@ def ranks_report(profile_name: str, name: str, retimed: Path | None, ranks: Path
         total_c = (both["fwd_ms_c"] + both["bwd_ms_c"]).to_numpy()
         lines += ["## 1. The same sets on this machine and in the collection", "",
                   f"`{retimed}`: {len(both)} sets of `compute.parquet` timed again ({_machine(again)}). "
-                  f"Reference workload, median (10th-90th percentile): here {_spread(reference_ms(both))} ms, "
-                  f"in the collection {_spread(np.sqrt(both.ref_before_ms_c * both.ref_after_ms_c))} ms. "
+                  f"Reference workload, median (10th-90th percentile): here {spread(reference_ms(both))} ms, "
+                  f"in the collection {spread(np.sqrt(both.ref_before_ms_c * both.ref_after_ms_c))} ms. "
                   "Here over the collection, by band of the collection's fwd+bwd:", "",
                   "| band (ms) | sets | fwd | bwd | fwd+bwd |", "| --- | --- | --- | --- | --- |"]
         for band, rows in length_bands(total_c):
-            lines.append(f"| {band} | {int(rows.sum())} | {_spread((both.fwd_ms / both.fwd_ms_c)[rows])} | "
-                         f"{_spread((both.bwd_ms / both.bwd_ms_c)[rows])} | "
-                         f"{_spread(((both.fwd_ms + both.bwd_ms) / total_c)[rows])} |")
+            lines.append(f"| {band} | {int(rows.sum())} | {spread((both.fwd_ms / both.fwd_ms_c)[rows])} | "
+                         f"{spread((both.bwd_ms / both.bwd_ms_c)[rows])} | "
+                         f"{spread(((both.fwd_ms + both.bwd_ms) / total_c)[rows])} |")
     scored = ([("re-timed", again)] if retimed is not None else []) + [(f"`{p}`", pd.read_parquet(p)) for p in sets]
     if scored:
         lines += ["", "## 2. The model on sets it was not trained on", ""]
-        lines += [f"{label}: {len(df)} sets ({_machine(df)}), reference {_spread(reference_ms(df))} ms."
+        lines += [f"{label}: {len(df)} sets ({_machine(df)}), reference {spread(reference_ms(df))} ms."
                   for label, df in scored[1 if retimed is not None else 0:]]
         lines += ["", *PRICE_HEADER]
         for label, df in scored:
@@ -156,7 +143,7 @@ def ranks_report(profile_name: str, name: str, retimed: Path | None, ranks: Path
         collector = rk.assign(meas=meas)
         lines += ["", "## 3. Plan ranks timed by the collector's protocol", "",
                   f"`{ranks}`: {len(rk)} ranks of {rk.groupby(['task', 'searcher']).ngroups} plans "
-                  f"({_machine(rk)}); reference {_spread(reference_ms(rk))} ms.", "", *PRICE_HEADER]
+                  f"({_machine(rk)}); reference {spread(reference_ms(rk))} ms.", "", *PRICE_HEADER]
         for searcher, g in rk.groupby("searcher"):
             i = g.index.to_numpy()
             lines += [_price_row(f"`{searcher}`", "as trained", plain[i], meas[i]),
@@ -166,20 +153,19 @@ def ranks_report(profile_name: str, name: str, retimed: Path | None, ranks: Path
     for path in suites:
         run = pd.read_csv(path)
         rows = []
-        for row in run.itertuples():
+        for row, ref in zip(run.itertuples(), reference_ms(run)):
             plan = load_plan(path.parent / "plans" / f"{row.task}--{row.searcher}.json")
-            ref = float(np.sqrt(row.ref_before_ms * row.ref_after_ms))
             for rc, ms in zip(est.estimate(plan).per_rank, json.loads(row.rank_measured_ms)):
                 comm = rc.fwd_comm_ms + rc.bwd_comm_ms
-                f, b = AtHostState(model, ref).shift(np.array([rc.fwd_compute_ms]), np.array([rc.bwd_compute_ms]))
                 rows.append({"task": row.task, "searcher": row.searcher, "rank": rc.rank, "meas": ms,
-                             "loop_compute": ms - comm, "plain": rc.total_ms, "at_ref": f[0] + b[0] + comm,
+                             "loop_compute": ms - comm, "plain": rc.total_ms, "comm": comm,
                              "fwd_pred": rc.fwd_compute_ms, "bwd_pred": rc.bwd_compute_ms, "ref": ref})
         lp = pd.DataFrame(rows)
         lp = lp[lp.loop_compute > 0].reset_index(drop=True)  # an empty rank has nothing to price
+        lp["at_ref"] = sum(at_reference(model.metadata["host_state"], lp.fwd_pred, lp.bwd_pred, lp.ref)) + lp.comm
         loops.append(lp)
         lines += ["", f"## 4. The emulated loop: `{path}`", "",
-                  f"Reference beside the plans {_spread(np.sqrt(run.ref_before_ms * run.ref_after_ms))} ms. "
+                  f"Reference beside the plans {spread(reference_ms(run))} ms. "
                   "Per rank, compute + modelled comm:", "", *PRICE_HEADER]
         for searcher, g in lp.groupby("searcher"):
             lines += [_price_row(f"`{searcher}`", "as trained", g.plain.to_numpy(), g.meas.to_numpy()),
@@ -190,7 +176,7 @@ def ranks_report(profile_name: str, name: str, retimed: Path | None, ranks: Path
             lines += ["", "The same ranks' compute, the collector's protocol over the loop's, median (10th-90th "
                       "percentile):", "", "| searcher | ranks | collector / loop |", "| --- | --- | --- |"]
             for searcher, g in pair.groupby("searcher"):
-                lines.append(f"| `{searcher}` | {len(g)} | {_spread(g.meas_collector / g.loop_compute)} |")
+                lines.append(f"| `{searcher}` | {len(g)} | {spread(g.meas_collector / g.loop_compute)} |")
     if collector is not None and loops:
         lines += _median_over_runs(model, collector, loops)
     text = "\n".join(lines) + "\n"
@@ -208,7 +194,8 @@ def _median_over_runs(model, collector: pd.DataFrame, loops: list[pd.DataFrame])
     pred = loops[-1][key + ["fwd_pred", "bwd_pred"]]
     per_rank = per_rank.merge(pred, on=key)
     ref = float(np.median(every.ref))
-    sf, sb = AtHostState(model, ref).shift(per_rank.fwd_pred.to_numpy(), per_rank.bwd_pred.to_numpy())
+    sf, sb = at_reference(model.metadata["host_state"], per_rank.fwd_pred.to_numpy(), per_rank.bwd_pred.to_numpy(),
+                          ref)
     lines = ["", "## 5. Each rank's compute against its median over the machine's measurements", "",
              f"The collector's timing and the {len(loops)} loop round(s) of each rank (the measurements "
              "each median takes beside the searcher); priced as trained and at the machine's median reference, "

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from shardplan.cost.host_state import BAND_EDGES_MS, AtHostState, HostStateAdjustment
+from shardplan.cost.host_state import BAND_EDGES_MS, AtHostState, HostStateAdjustment, at_reference
 from shardplan.cost.specs import ShardSpec
 from shardplan.errors import InputError
 
@@ -76,6 +76,11 @@ def test_priced_at_another_host_state_by_the_gains_of_each_ops_band():
     quick_f, _ = AtHostState(model, 0.1).predict(sets)  # a host far quicker than any seen: never below a tenth
     assert quick_f[0] == pytest.approx(0.3 - 0.2) and (quick_f[:4] >= 0.1 * model.fwd[:4]).all()
     assert quick_f[4] == 0.0  # an empty set stays free
+    refs = np.array([0.6, 1.0, 0.1, 1.0, 1.0])  # one reading per op moves each as its own reading alone would
+    each_f, each_b = at_reference(model.metadata["host_state"], model.fwd, model.bwd, refs)
+    for i, ref in enumerate(refs):
+        alone_f, alone_b = AtHostState(model, ref).predict(sets)
+        assert each_f[i] == pytest.approx(alone_f[i]) and each_b[i] == pytest.approx(alone_b[i])
 
 
 def test_a_model_without_host_state_gains_or_a_bad_reference_is_refused():

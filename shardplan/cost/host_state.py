@@ -126,17 +126,36 @@ class HostStateAdjustment:
                 f"split (fwd/bwd: {gains})")
 
 
+def at_reference(summary: dict[str, Any], fwd_ms: np.ndarray, bwd_ms: np.ndarray,
+                 reference_ms: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Predictions at a collection's median host state moved to the host state a reference reading says
+    (``reference_ms``: one for all ops, or one per op), by the gains ``summary`` holds
+    (:meth:`HostStateAdjustment.summary`, saved as a model's ``metadata["host_state"]``). Each op's band is
+    its own predicted length. An empty set stays 0, and no op is priced below a tenth of its median-state
+    time: a quicker host than any seen cannot make an op free."""
+    edges = np.asarray(summary["band_edges_ms"], float)
+    excess = np.asarray(reference_ms, float) - float(summary["median_reference_ms"])
+    out = []
+    for ms, key in ((np.asarray(fwd_ms, float), "fwd_ms_per_reference_ms"),
+                    (np.asarray(bwd_ms, float), "bwd_ms_per_reference_ms")):
+        gain = np.asarray(summary[key], float)
+        moved = ms + gain[np.searchsorted(edges, ms, side="right")] * excess
+        out.append(np.where(ms > 0, np.maximum(moved, 0.1 * ms), 0.0))
+    return out[0], out[1]
+
+
 class AtHostState:
     """A GPU compute model priced at a given host state instead of its collection's median one.
 
     The model learnt labels at the median host state of its collection; the gains its training read
     (``metadata["host_state"]``, :meth:`HostStateAdjustment.summary`) say how many ms an op of each band of
     length gains per ms the reference workload runs over that median. Given the reference as timed on the
-    host to be priced (``reference_ms``), each predicted op gets that share back. The band is chosen by the
-    model's own prediction (training banded by a gradient-boosting model that is not saved), and the shift
-    is linear in the reference's excess, as read within one collection: on another machine, where the
-    reference runs outside that range, it is an extrapolation (``bench/gpu_ranks.py`` measures how far it
-    carries). Implements the estimator's ``ComputeModel`` protocol.
+    host to be priced (``reference_ms``), each predicted op gets that share back (:func:`at_reference`).
+    The band is chosen by the model's own prediction (training banded by a gradient-boosting model that is
+    not saved), and the shift is linear in the reference's excess, as read within one collection: on
+    another machine, where the reference runs outside that range, it is an extrapolation
+    (``bench/gpu_ranks.py`` measures how far it carries). Implements the estimator's ``ComputeModel``
+    protocol.
     """
 
     def __init__(self, compute: Any, reference_ms: float) -> None:
@@ -152,20 +171,10 @@ class AtHostState:
         self.profile = compute.profile
         self.metadata = compute.metadata
         self.reference_ms = float(reference_ms)
-        self._edges = np.asarray(summary["band_edges_ms"], float)
-        self._gains = (np.asarray(summary["fwd_ms_per_reference_ms"], float),
-                       np.asarray(summary["bwd_ms_per_reference_ms"], float))
-        self._excess = self.reference_ms - float(summary["median_reference_ms"])
 
     def shift(self, fwd_ms: np.ndarray, bwd_ms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Predictions at the collection's median host state, moved to this one (an empty set stays 0, and
-        no op is priced below a tenth of its median-state time: a quicker host than any seen cannot make
-        an op free)."""
-        out = []
-        for ms, gain in zip((np.asarray(fwd_ms, float), np.asarray(bwd_ms, float)), self._gains):
-            moved = ms + gain[np.searchsorted(self._edges, ms, side="right")] * self._excess
-            out.append(np.where(ms > 0, np.maximum(moved, 0.1 * ms), 0.0))
-        return out[0], out[1]
+        """Predictions at the collection's median host state, moved to this one (:func:`at_reference`)."""
+        return at_reference(self.metadata["host_state"], fwd_ms, bwd_ms, self.reference_ms)
 
     def predict(self, sets: list[list[ShardSpec]]) -> tuple[np.ndarray, np.ndarray]:
         return self.shift(*self.compute.predict(sets))
