@@ -10,6 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from .cost.draws import REPLICA_MAX_ROWS, REPLICA_WORLDS, ROW_SHARE, ROW_SPLITS
 from .cost.profiles import DEFAULT_PROFILE, Profile
 from .errors import InputError, exit_status
 
@@ -30,43 +31,32 @@ def _estimator(args: argparse.Namespace):
     return load_estimator(args.profile, getattr(args, "model", None), getattr(args, "host_reference_ms", None))
 
 
+def _int_list(flag: str, text: str) -> tuple[int, ...]:
+    """A comma-separated list of integers given on the command line."""
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise InputError(flag, f"must be comma-separated integers, got {text!r}", "e.g. 2,4,8") from None
+
+
 def _cmd_collect_compute(args: argparse.Namespace) -> int:
-    from .cost.collect import COLLECT_DIMS, ROW_SHARE, ROW_SPLITS, collect_compute
+    from .cost.collect import SetShape, collect_compute
     from .cost.profiles import check_collect_target, get_profile
     from .pools import load_pool
 
     profile = get_profile(args.profile)
     pool = [t for name in args.pools.split(",") for t in load_pool(name)]
-    for flag, v in (("--min-table-rows", args.min_table_rows), ("--min-pooling", args.min_pooling)):
-        if v < 0:
-            raise InputError(flag, f"must be >= 0, got {v}", "give a lower bound on the tables to draw, or leave it out")
-    if not 0 <= args.min_cols <= max(COLLECT_DIMS):
-        raise InputError("--min-cols", f"must be within 0..{max(COLLECT_DIMS)}, got {args.min_cols}",
-                         f"give a lower bound on the dims to draw (they come from {list(COLLECT_DIMS)}), or leave it out")
-    # a targeted collection: only the pools' large (and hot) tables, which the random sets' budgets rarely admit
-    pool = [t for t in pool if t.num_embeddings >= args.min_table_rows and t.pooling_factor >= args.min_pooling]
-    if not pool:
-        raise InputError("--min-table-rows/--min-pooling", f"no table of --pools {args.pools} has "
-                         f"{args.min_table_rows} rows or more and pooling {args.min_pooling} or more",
-                         "lower them or add a pool with such tables")
-    row_share = ROW_SHARE if args.row_share is None else args.row_share
-    if not 0 <= row_share <= 1:
-        raise InputError("--row-share", f"must be within 0..1, got {row_share}",
-                         "give the share of shards to cut to row ranges, or leave it out")
-    try:
-        row_splits = ROW_SPLITS if args.row_splits is None else tuple(int(x) for x in args.row_splits.split(","))
-    except ValueError:
-        row_splits = ()
-    if not row_splits or min(row_splits) < 2:
-        raise InputError("--row-splits", f"must be comma-separated integers of at least 2, got {args.row_splits!r}",
-                         "give the parts a table's rows are cut into, e.g. 2,4,8,16")
+    shape = SetShape(min_table_rows=args.min_table_rows, min_pooling=args.min_pooling, min_cols=args.min_cols,
+                     row_share=args.row_share, row_splits=_int_list("--row-splits", args.row_splits),
+                     replica_share=args.replica_share,
+                     replica_worlds=_int_list("--replica-worlds", args.replica_worlds),
+                     replica_max_rows=args.replica_max_rows)
     default_name = "compute.parquet" if args.max_shards <= 15 else "compute-large.parquet"
     out = Path(args.out) if args.out else profile.dir / default_name
     check_collect_target(profile, out)
     df = collect_compute(profile, pool, out, args.samples, seed=args.seed, optimizer=args.optimizer,
                          repeats=args.repeats, min_shards=args.min_shards, max_shards=args.max_shards,
-                         max_seconds=args.max_seconds, min_cols=args.min_cols, row_share=row_share,
-                         row_splits=row_splits)
+                         max_seconds=args.max_seconds, shape=shape)
     print(f"{out}: {len(df)} samples")
     return 0
 
@@ -741,11 +731,20 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--min-cols", type=int, default=0,
                     help="draw only dims of at least this many columns (dims are re-drawn per shard; with "
                          "--min-table-rows/--min-pooling, sets whose rows touched leave the cache)")
-    cc.add_argument("--row-share", type=float, default=None,
-                    help="share of shards cut to a row range (default 0.3; a collection of row-wise slices "
-                         "takes another --seed than the default collection's)")
-    cc.add_argument("--row-splits", default=None,
-                    help="the parts a cut table's rows are split into, one drawn per cut shard (default 2,4,8)")
+    cc.add_argument("--row-share", type=float, default=ROW_SHARE,
+                    help=f"share of shards cut to a row range (default {ROW_SHARE}; a collection that changes "
+                         "any drawing flag takes another --seed than the default collection's)")
+    cc.add_argument("--row-splits", default=",".join(map(str, ROW_SPLITS)),
+                    help="the parts a cut table's rows are split into, one drawn per cut shard (default %(default)s)")
+    cc.add_argument("--replica-share", type=float, default=0.0,
+                    help="share of sets that also run a data-parallel op: 1 to 5 whole small tables fed the local "
+                         "batch (the set's global batch over a world drawn from --replica-worlds), as the ranks "
+                         "of plans with data-parallel tables do (default 0)")
+    cc.add_argument("--replica-worlds", default=",".join(map(str, REPLICA_WORLDS)),
+                    help="world sizes the global batch is divided by for the local batch (default %(default)s)")
+    cc.add_argument("--replica-max-rows", type=int, default=REPLICA_MAX_ROWS,
+                    help="most rows a replicated table has (default %(default)s; drawn from the whole pool, "
+                         "whatever --min-table-rows says)")
     cc.add_argument("--max-seconds", type=float, default=None,
                     help="stop after this long, keeping what was collected (run again to resume)")
     cc.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute.parquet, "

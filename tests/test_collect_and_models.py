@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from shardplan.cost.baselines import GBMCostModel, RooflineCostModel
-from shardplan.cost.collect import collect_compute, random_sample
+from shardplan.cost.collect import collect_compute
+from shardplan.cost.draws import SetShape, random_sample
 from shardplan.cost.kernel import RankOp, time_specs
 from shardplan.cost.model import CONTEXT_TRIM_PERCENT, NeuralCostModel
 from shardplan.cost.profiles import get_profile
@@ -647,13 +648,30 @@ def test_long_ranks_count_more_in_training_only_when_asked():
     assert rank_weights(ms, long_ranks=True).tolist() == [RANK_SAMPLE_WEIGHT * k for k in (1, 1, 2, 3, LONG_RANK_MAX)]
 
 
-def test_row_slice_collection_cuts_more_shards_and_defaults_draw_as_before():
+def test_default_draws_are_the_committed_collections_sets():
+    # Sample i of a seed is one set: the committed files were drawn by this code, default and targeted
+    from shardplan.cli import COLLECT_POOLS
+    from shardplan.pools import load_pool
+
+    pool = [t for name in COLLECT_POOLS for t in load_pool(name)]
+    for profile, seed, max_shards, shape in (
+            ("cpu-2c", 0, 15, SetShape()),
+            ("cpu-2c-xeon", 4, 3, SetShape(min_table_rows=500_000, min_pooling=20, min_cols=64)),
+            ("h100", 2, 15, SetShape(row_share=0.8, row_splits=(2, 4, 8, 16)))):
+        prof = get_profile(profile)
+        name = "compute-row-slices-third-h100.parquet" if profile == "h100" else "compute.parquet"
+        rows = pd.read_parquet(prof.dir / name, columns=["seed", "sample", "shards"])
+        rows = rows[rows["seed"] == seed].head(30)
+        min_shards = 4 if profile == "h100" else 1
+        assert len(rows) == 30
+        for sample, shards in zip(rows["sample"], rows["shards"]):
+            drawn = random_sample(np.random.default_rng([seed, int(sample)]), pool, prof, min_shards, max_shards, shape)
+            assert drawn == specs_from_json(shards), (profile, seed, sample)
+
+
+def test_row_slice_collection_cuts_more_shards():
     prof = get_profile("cpu-2c")
-    default = [random_sample(np.random.default_rng([1, i]), POOL, prof) for i in range(40)]
-    same = [random_sample(np.random.default_rng([1, i]), POOL, prof, row_share=0.3, row_splits=(2, 4, 8))
-            for i in range(40)]
-    assert default == same  # the committed collection's sets are unchanged by the new knobs
-    sliced = [random_sample(np.random.default_rng([2, i]), POOL, prof, 4, 15, row_share=0.9, row_splits=(16,))
+    sliced = [random_sample(np.random.default_rng([2, i]), POOL, prof, 4, 15, SetShape(row_share=0.9, row_splits=(16,)))
               for i in range(40)]
     cut = [s for specs in sliced for s in specs if s.rows < s.table_rows]
     share = len(cut) / sum(len(specs) for specs in sliced)
@@ -661,15 +679,67 @@ def test_row_slice_collection_cuts_more_shards_and_defaults_draw_as_before():
     assert all(-(-s.table_rows // 16) >= s.rows for s in cut)  # a sixteenth of the table (the last part less)
     short = [Table(f"s{r}", r, 4, 2.0) for r in range(64, 400, 7)]  # tables too short for 16 full parts
     cuts = [s for i in range(200) for s in random_sample(np.random.default_rng([3, i]), short, prof, 4, 15,
-                                                          row_share=1.0, row_splits=(16,))]
+                                                          SetShape(row_share=1.0, row_splits=(16,)))]
     assert cuts and all(0 < s.rows and s.row_offset + s.rows <= s.table_rows for s in cuts)
 
 
-def test_collect_compute_refuses_bad_row_knobs(tmp_path, capsys):
+def test_replica_sets_add_a_data_parallel_op_at_the_local_batch():
+    prof = get_profile("h100")
+    pool = POOL + [Table(f"tiny{i}", 3 + 10 * i, 8, 1.0) for i in range(40)]
+    shape = SetShape(replica_share=1.0, replica_worlds=(4, 16), replica_max_rows=400)
+    sets = [random_sample(np.random.default_rng([3, i]), pool, prof, 4, 15, shape) for i in range(60)]
+    with_op = 0
+    for specs in sets:
+        batches = sorted({s.batch_size for s in specs})
+        assert len(batches) <= 2
+        if len(batches) == 1:
+            continue  # every replica drawn was a table the set already shards
+        with_op += 1
+        local, full = batches
+        assert full in prof.collect_batch_sizes and full // local in (4, 16)
+        replicas = [s for s in specs if s.batch_size == local]
+        assert 1 <= len(replicas) <= 5
+        assert all(s.rows == s.table_rows <= 400 and s.row_offset == 0 for s in replicas)  # whole small tables
+        sharded = {s.table for s in specs if s.batch_size == full}
+        assert not sharded & {s.table for s in replicas}  # a table is sharded or replicated, not both
+        assert sum(s.rows * s.cols * 4 for s in specs) <= prof.max_sample_weight_bytes
+    assert with_op >= 50
+    half = [random_sample(np.random.default_rng([3, i]), pool, prof, 4, 15, SetShape(replica_share=0.5))
+            for i in range(200)]
+    assert 70 <= sum(len({s.batch_size for s in specs}) == 2 for specs in half) <= 130
+    with pytest.raises(InputError, match="--replica-max-rows"):
+        random_sample(np.random.default_rng(0), POOL, prof, shape=SetShape(replica_share=1.0, replica_max_rows=100))
+
+
+def test_replica_sets_are_timed_as_two_ops(tmp_path):
+    # Each batch's op timed in turn and summed (kernel.RankOp), as a rank with replicas runs; the model
+    # prices the two parts apart (model.batch_parts)
+    from shardplan.cost.model import batch_parts
+
+    pool = POOL + [Table("tiny", 30, 8, 1.0)]
+    # the sharded tables at 500 rows or more; the replica comes from the whole pool all the same
+    shape = SetShape(min_table_rows=500, replica_share=1.0, replica_worlds=(2,), replica_max_rows=100)
+    df = collect_compute(get_profile("cpu-2c"), pool, tmp_path / "c.parquet", 2, seed=7, repeats=2, warmup=1,
+                         shape=shape)
+    sets = [specs_from_json(x) for x in df["shards"]]
+    assert all({s.batch_size for s in specs} == {b, b // 2} for specs, b in zip(sets, df["batch_size"]))
+    assert all(s.table == "tiny" for specs, b in zip(sets, df["batch_size"]) for s in specs if s.batch_size < b)
+    assert (df["fwd_ms"] > 0).all() and all(len(specs) == n for specs, n in zip(sets, df["num_shards"]))
+    parts, owner = batch_parts(sets)
+    assert owner.tolist() == [0, 0, 1, 1]
+
+
+def test_collect_compute_refuses_bad_draw_knobs(tmp_path, capsys):
     from shardplan.cli import main
 
-    for flags, field in ((["--row-share", "1.5"], "--row-share"), (["--row-splits", "1,2"], "--row-splits"),
-                         (["--row-splits", "four"], "--row-splits")):
+    cases = [(["--row-share", "1.5"], "--row-share"), (["--row-splits", "1,2"], "--row-splits"),
+             (["--row-splits", "four"], "--row-splits"), (["--replica-share", "-0.1"], "--replica-share"),
+             (["--replica-worlds", "1,4"], "--replica-worlds"), (["--replica-worlds", ""], "--replica-worlds"),
+             (["--replica-max-rows", "0"], "--replica-max-rows"), (["--min-table-rows", "-1"], "--min-table-rows"),
+             (["--replica-share", "1", "--pools", "meta_synthetic", "--replica-max-rows", "1"], "--replica-max-rows"),
+             (["--min-table-rows", "10000000000"], "--min-table-rows"),
+             (["--min-shards", "5", "--max-shards", "4"], "--min-shards"), (["--min-shards", "0"], "--min-shards")]
+    for flags, field in cases:
         out = tmp_path / "c.parquet"
         assert main(["collect", "compute", "--samples", "1", "--out", str(out), *flags]) == 2
         assert field in capsys.readouterr().err and not out.exists()

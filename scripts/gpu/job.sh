@@ -45,7 +45,8 @@ for stage in "$@"; do
       fi ;;
     collect)
       # ($COLLECT_ARGS: more of `collect compute`'s flags, e.g. a row-slice collection's
-      # "--seed 2 --row-share 0.8 --row-splits 2,4,8,16 --min-shards 4")
+      # "--seed 2 --row-share 0.8 --row-splits 2,4,8,16 --min-shards 4", or sets with a data-parallel op at the
+      # local batch beside the sharded shards, as TorchRec's ranks run: "--seed 3 --replica-share 1 --min-shards 4")
       python3 -m shardplan.cli collect compute --profile "${PROFILE:-$(profile)}" --samples "${SAMPLES:-5000}" \
           --max-seconds "${COLLECT_SECONDS:-480}" --out "$STATE/compute.parquet" ${COLLECT_ARGS:-}
       cp "$STATE/compute.parquet" "$OUT/" ;;

@@ -1,10 +1,9 @@
 """Collecting compute-cost data on real FBGEMM kernels.
 
-A sample is a random set of 1 to 15 shards, as NeuroShard builds them: tables
-drawn from a pool, their dims re-drawn (column blocks of any table are tables
-of that many columns, since a column-wise shard sees every id) and some cut to
-row ranges (a row-wise shard sees only its rows' ids). The set runs as one
-FBGEMM table-batched op on the global batch; forward and backward are timed
+A sample is a random set of 1 to 15 shards, as NeuroShard builds them
+(:mod:`shardplan.cost.draws`). The set runs as one FBGEMM table-batched op on
+the global batch (and a second on the local batch where it holds data-parallel
+replicas, as a plan's rank does); forward and backward are timed
 (:func:`shardplan.cost.kernel.time_specs`) with the profile's protocol
 (warm-up iterations, then the median of the timed repeats; every repeat is kept).
 
@@ -34,66 +33,11 @@ import torch
 from tqdm import tqdm
 
 from ..domain import Table
+from ..errors import InputError
+from .draws import SetShape, random_sample
 from .kernel import QUIET_TOLERANCE, fbgemm_versions, time_reference, time_specs_bracketed
 from .profiles import Profile, load1, machine_stamp, reference_ms
 from .specs import ShardSpec, specs_from_json, specs_to_json
-
-COLLECT_DIMS = (4, 8, 12, 16, 24, 32, 48, 64, 96, 128)
-COLLECT_DIM_WEIGHTS = (2, 3, 1, 3, 1, 3, 1, 3, 1, 3)
-ROW_SPLITS = (2, 4, 8)
-ROW_SHARE = 0.3  # of a random set's shards cut to a row range
-
-
-def random_sample(rng: np.random.Generator, pool: list[Table], profile: Profile,
-                  min_shards: int = 1, max_shards: int = 15, min_cols: int = 0,
-                  row_share: float = ROW_SHARE, row_splits: tuple[int, ...] = ROW_SPLITS) -> list[ShardSpec]:
-    """A random shard set within the profile's per-sample weight and lookup budgets.
-
-    The budgets grow with ``max_shards`` beyond 15 so that larger sets are not
-    just more of the smallest shards. ``min_cols`` draws only the dims of at least that
-    many columns (a targeted collection of wide hot shards); at 0 the draws are exactly the
-    default collection's. ``row_share`` of the shards are cut to one of ``row_splits`` row
-    ranges: row-wise plans put a 1/world slice of many tables on every rank (TorchRec's
-    plans of the 16-rank GPU suite: a median of 16 slices of 1/16 in a rank of 24 shards,
-    where fewer than 1% of the default collection's sets hold 8 slices); at the defaults the
-    draws are the default collection's.
-    """
-    batch = int(rng.choice(profile.collect_batch_sizes))
-    n = int(rng.integers(min_shards, max_shards + 1))
-    scale = max(1.0, max_shards / 15)
-    dims, weights = zip(*[(d, wt) for d, wt in zip(COLLECT_DIMS, COLLECT_DIM_WEIGHTS) if d >= min_cols])
-    w = np.array(weights, dtype=float)
-    p = w / w.sum()
-    specs: list[ShardSpec] = []
-    weight_bytes = 0
-    lookup_floats = 0.0
-    attempts = 0
-    while len(specs) < n and attempts < 20 * n:
-        attempts += 1
-        t = pool[int(rng.integers(len(pool)))]
-        cols = int(rng.choice(dims, p=p))
-        table_rows = min(t.num_embeddings, profile.max_rows)
-        row_offset, rows = 0, table_rows
-        if table_rows >= 64 and rng.random() < row_share:
-            parts = int(rng.choice(row_splits))
-            block = -(-table_rows // parts)
-            # the parts that hold rows: fewer than ``parts`` where the table is short for them (65 rows in
-            # 16 parts of 5 fill 13); with the default splits and 64 rows or more, always all of them
-            i = int(rng.integers(-(-table_rows // block)))
-            row_offset, rows = i * block, min(block, table_rows - i * block)
-        frac = rows / table_rows
-        nbytes = rows * cols * 4
-        floats = batch * t.pooling_factor * frac * cols
-        if (weight_bytes + nbytes > scale * profile.max_sample_weight_bytes
-                or lookup_floats + floats > scale * profile.max_sample_lookup_floats):
-            continue
-        weight_bytes += nbytes
-        lookup_floats += floats
-        specs.append(ShardSpec(table=t.name, table_rows=table_rows, row_offset=row_offset, rows=rows,
-                               cols=cols, pooling_factor=t.pooling_factor, zipf_alpha=t.zipf_alpha,
-                               batch_size=batch))
-    return specs
-
 
 def gpu_identity(nvidia_smi_csv: str) -> tuple[str, str]:
     """(driver, GPU UUID) of the first GPU from ``nvidia-smi --query-gpu=driver_version,uuid
@@ -220,16 +164,19 @@ def retime(profile: Profile, src: Path, out: Path, flush_every: int = 25) -> pd.
 def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples: int, seed: int = 0,
                     optimizer: str = "sgd", dtype: str = "fp32", flush_every: int = 25,
                     warmup: int | None = None, repeats: int | None = None, min_shards: int = 1,
-                    max_shards: int = 15, max_seconds: float | None = None, min_cols: int = 0,
-                    row_share: float = ROW_SHARE, row_splits: tuple[int, ...] = ROW_SPLITS) -> pd.DataFrame:
+                    max_shards: int = 15, max_seconds: float | None = None,
+                    shape: SetShape = SetShape()) -> pd.DataFrame:
     """Append samples to ``out`` until it holds ``num_samples`` rows of this seed; resumable.
 
-    ``warmup``/``repeats`` default to the profile's timing protocol; ``min_cols``, ``row_share`` and
-    ``row_splits`` as in :func:`random_sample` (a collection that changes them takes a seed of its own,
-    since a seed's sample ``i`` is one set). With ``max_seconds`` it stops
-    (what it has written kept) once that much time has passed, so that a lent machine's time limit
-    ends a call cleanly and the next call resumes.
+    ``warmup``/``repeats`` default to the profile's timing protocol; ``min_shards``, ``max_shards`` and
+    ``shape`` as in :func:`random_sample` (a collection that changes them takes a seed of its own, since a
+    seed's sample ``i`` is one set). With ``max_seconds`` it stops (what it has written kept) once that
+    much time has passed, so that a lent machine's time limit ends a call cleanly and the next call resumes.
     """
+    if not 1 <= min_shards <= max_shards:
+        raise InputError("--min-shards/--max-shards", f"must be 1 <= min <= max, got {min_shards} and {max_shards}",
+                         "give the fewest and most sharded shards a set holds, e.g. 1 and 15")
+    shape.sharded_tables(pool), shape.replica_tables(pool)  # a pool it cannot draw from fails before any timing
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     warmup = profile.warmup if warmup is None else warmup
     repeats = profile.repeats if repeats is None else repeats
@@ -245,7 +192,7 @@ def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples:
         if deadline is not None and time.monotonic() > deadline:
             break
         rng = np.random.default_rng([seed, i])
-        specs = random_sample(rng, pool, profile, min_shards, max_shards, min_cols, row_share, row_splits)
+        specs = random_sample(rng, pool, profile, min_shards, max_shards, shape)
         rows.append({"seed": seed, "sample": i, "source": "random",
                      **timed_row(specs, optimizer, dtype, profile, i, warmup, repeats, quiet_ms), **stamp})
         if len(rows) >= flush_every:

@@ -42,7 +42,8 @@ from tqdm import tqdm
 
 from ..domain import Table
 from .calibration import calibrated_timing, weight_bytes
-from .collect import COLLECT_DIM_WEIGHTS, COLLECT_DIMS, _stamp, append_rows, spec_columns
+from .collect import _stamp, append_rows, spec_columns
+from .draws import COLLECT_DIM_WEIGHTS, COLLECT_DIMS
 from .features import touched_bytes
 from .profiles import Profile, load1
 from .specs import ShardSpec

@@ -62,6 +62,17 @@ def _existing(out: Path) -> pd.DataFrame:
     return existing
 
 
+def _resume(profile: Profile, out: Path) -> tuple[pd.DataFrame, set[tuple[str, str, int]], float]:
+    """What a plan-rank collector starts from: the rows ``out`` holds, the (task, searcher, round) they
+    cover (skipped on a resume), and the quiet machine's reference time; with the profile's threads set
+    and ``out``'s folder made."""
+    profile.use_threads()
+    existing = _existing(out)
+    done = set(zip(existing["task"], existing["searcher"], existing["round"])) if len(existing) else set()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return existing, done, quiet_reference_ms(profile)
+
+
 def _rank_rows(plan: Plan, searcher: str, profile: Profile, round_: int, quiet_ms: float, stamp: dict,
                wait_fit_s: float) -> list[dict]:
     """Every non-empty rank of ``plan`` timed as the random collector times a sample."""
@@ -89,13 +100,9 @@ def collect_plan_ranks(profile: Profile, task_paths: list[Path], searchers: list
     retrain; the next round's plans (by the retrained model) are new data."""
     from ..search import get_searcher
 
-    profile.use_threads()
-    existing = _existing(out)
-    done = set(zip(existing["task"], existing["searcher"], existing["round"])) if len(existing) else set()
+    existing, done, quiet_ms = _resume(profile, out)
     todo = [(p, s) for p in task_paths for s in searchers]
     stamp = _stamp(profile, optimizer, "fp32")
-    quiet_ms = quiet_reference_ms(profile)
-    out.parent.mkdir(parents=True, exist_ok=True)
     for path, searcher in tqdm(todo, desc=f"collect plan ranks [{profile.name}]"):
         task = load_task(path)
         if (task.name, searcher, round_) in done:
@@ -121,12 +128,8 @@ def collect_carried_plan_ranks(profile: Profile, plan_paths: list[Path], out: Pa
     are made on the CPU machine and carried; their ranks timed here by the collector's protocol are plan
     ranks of the GPU profile, the same population the emulated loop times its way. The searcher is the
     one each plan records. Resumable by (task, searcher, round)."""
-    profile.use_threads()
-    existing = _existing(out)
-    done = set(zip(existing["task"], existing["searcher"], existing["round"])) if len(existing) else set()
-    quiet_ms = quiet_reference_ms(profile)
+    existing, done, quiet_ms = _resume(profile, out)
     stamps: dict[str, dict] = {}  # per optimizer: the stamp reads the machine
-    out.parent.mkdir(parents=True, exist_ok=True)
     for path in tqdm(plan_paths, desc=f"collect carried plan ranks [{profile.name}]"):
         plan = load_plan(path)
         searcher = str(plan.search.get("searcher", path.stem))
