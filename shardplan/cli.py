@@ -121,9 +121,6 @@ def _cmd_collect_decompositions(args: argparse.Namespace) -> int:
     src = Path(args.src) if args.src else profile.dir / "compute-ranks.parquet"
     if not src.is_file():
         raise InputError("--src", f"no plan-rank file at {src}", "collect plan ranks first (shardplan collect ranks)")
-    for name in ("sets", "reps"):
-        if getattr(args, name) <= 0:
-            raise InputError(f"--{name}", f"must be a positive integer, got {getattr(args, name)}")
     out = Path(args.out) if args.out else profile.dir / "compute-decompositions.parquet"
     check_collect_target(profile, out)
     df = collect_decompositions(profile, out, args.sets, args.reps, src, args.max_seconds)
@@ -137,8 +134,6 @@ def _cmd_collect_hot_mixes(args: argparse.Namespace) -> int:
     from .pools import load_pool
 
     profile = get_profile(args.profile)
-    if args.sets <= 0:
-        raise InputError("--sets", f"must be a positive integer, got {args.sets}")
     suites = [Path(s) for s in args.exclude_suites.split(",") if s]
     for suite in suites:
         if not any(suite.glob("*.json")):
@@ -157,6 +152,8 @@ def _cmd_collect_hot_mixes(args: argparse.Namespace) -> int:
 def _cmd_collect_comm(args: argparse.Namespace) -> int:
     import datetime as dt
 
+    import pandas as pd
+
     from .cost.comm import FittedCommModel
     from .cost.comm_collect import collect_comm
     from .cost.profiles import check_collect_target, get_profile
@@ -167,9 +164,18 @@ def _cmd_collect_comm(args: argparse.Namespace) -> int:
                          "its comm model is the alpha-beta model")
     out = profile.dir / "comm.parquet"
     check_collect_target(profile, out)
-    df = collect_comm(profile, out, tuple(int(w) for w in args.world_sizes.split(",")), args.configs)
+    world_sizes = _int_list("--world-sizes", args.world_sizes)
+    if min(world_sizes) < 2:
+        raise InputError("--world-sizes", f"an all-to-all needs 2 processes or more, got {args.world_sizes!r}",
+                         "e.g. 2,3,4")
+    rows_before = len(pd.read_parquet(out)) if out.exists() else 0
+    df = collect_comm(profile, out, world_sizes, args.configs)
+    model_path = profile.dir / "comm-model.json"
+    if len(df) == rows_before and model_path.exists():  # a finished run again: keep the model and its date
+        print(f"{out}: {len(df)} rows, nothing new; {model_path} kept")
+        return 0
     model = FittedCommModel.fit(df.to_dict("records"), profile.name)
-    model.save(profile.dir / "comm-model.json", {
+    model.save(model_path, {
         "data": "data/profiles/%s/comm.parquet" % profile.name, "rows": len(df),
         "command": f"shardplan collect comm --profile {profile.name}", "date": dt.date.today().isoformat()})
     print(f"{out}: {len(df)} rows; fit {model.fit_report}; coef {model.coef}")
@@ -211,13 +217,17 @@ def _cmd_make_tasks(args: argparse.Namespace) -> int:
     profile = get_profile(args.profile)
     pool = [t for name in args.pools.split(",") for t in load_pool(name)]
     out = Path(args.out)
+    tables = _int_list("--tables", args.tables)
+    if len(tables) != 2 or not 1 <= tables[0] <= tables[1]:
+        raise InputError("--tables", f"must be MIN,MAX with 1 <= MIN <= MAX, got {args.tables!r}", "e.g. 10,60")
+    world_sizes = _int_list("--world-sizes", args.world_sizes)
+    if min(world_sizes) < 1:
+        raise InputError("--world-sizes", f"must be ranks per task, at least 1, got {args.world_sizes!r}", "e.g. 2,4,8")
     for i in range(args.count):
         rng = np.random.default_rng([args.seed, i])
         oversize = args.oversize_every > 0 and i % args.oversize_every == args.oversize_every - 1
         name = args.suite if args.count == 1 else f"{args.suite}-{i:02d}"
-        lo, hi = (int(x) for x in args.tables.split(","))
-        task = generate_task(rng, pool, name, profile, num_tables=(lo, hi),
-                             world_sizes=tuple(int(w) for w in args.world_sizes.split(",")),
+        task = generate_task(rng, pool, name, profile, num_tables=tables, world_sizes=world_sizes,
                              oversize=oversize, batch_size_per_rank=args.batch_size_per_rank)
         save_task(task, out / f"{task.name}.json")
     print(f"{args.count} tasks in {out}")
@@ -512,6 +522,23 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def at_least(lo: float, kind: type = int, hi: float | None = None):
+    """An argparse ``type``: a number of ``kind`` within ``lo``..``hi``. A value outside is refused by
+    argparse itself, which names the flag and exits 2 before anything runs or is written."""
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        if not lo <= v <= (hi if hi is not None else v):
+            bound = f"within {lo}..{hi}" if hi is not None else f"at least {lo}"
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
+        return v
+
+    return parse
+
+
 def add_visits(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--visits", type=int, default=1,
                         help="visits per rank and round, taken in turn with the plan's other ranks (the "
@@ -527,13 +554,7 @@ def add_calibrate(parser: argparse.ArgumentParser) -> None:
 
 
 def add_refine(parser: argparse.ArgumentParser) -> None:
-    def times(text: str) -> int:
-        n = int(text)
-        if n < 0:
-            raise argparse.ArgumentTypeError(f"must be 0 (off) or a number of timings, got {n}")
-        return n
-
-    parser.add_argument("--refine", type=times, default=0, metavar="N",
+    parser.add_argument("--refine", type=at_least(0), default=0, metavar="N",
                         help="time the plan (and the searcher's runners-up) on this machine's kernels and "
                              "re-polish it against the measured per-rank error, up to N times; keeps the plan "
                              "measured fastest (about a minute a cpu-bench task; not a function of the seed "
@@ -541,7 +562,7 @@ def add_refine(parser: argparse.ArgumentParser) -> None:
 
 
 def add_wait_fit(parser: argparse.ArgumentParser, zero_or_after: str) -> None:
-    parser.add_argument("--wait-fit", type=float, default=0.0, metavar="MINUTES",
+    parser.add_argument("--wait-fit", type=at_least(0, float), default=0.0, metavar="MINUTES",
                         help="before each task, wait up to this long for the machine to reproduce its "
                              f"cost labels (shardplan.cost.fitness); {zero_or_after}; exit 3 when the "
                              "wait runs out (run again to resume)")
@@ -569,7 +590,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "and measured per-rank cost"), here=True)
     run.add_argument("task", nargs="?", default=str(DEFAULT_TASK))
     run.add_argument("-o", "--out", default="out/plan.json")
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--seed", type=at_least(0), default=0)
     run.add_argument("--no-measure", dest="measure", action="store_false")
     run.add_argument("--rounds", type=int, default=1)
     add_visits(run)
@@ -580,7 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan = with_profile(sub.add_parser("plan", help="plan a task"))
     plan.add_argument("task")
     plan.add_argument("--searcher", default=None, help="default: the best searcher (see `searchers`)")
-    plan.add_argument("--seed", type=int, default=0)
+    plan.add_argument("--seed", type=at_least(0), default=0)
     plan.add_argument("--sharding-types", help="comma-separated types the plan may use, e.g. "
                                                "table_wise,column_wise,data_parallel (what gloo runs)")
     plan.add_argument("-o", "--out", required=True)
@@ -621,8 +642,8 @@ def build_parser() -> argparse.ArgumentParser:
     dmp.add_argument("plan")
     dmp.add_argument("--iterations", type=int, default=100, help="timed iterations per run")
     dmp.add_argument("--warmup", type=int, default=5)
-    dmp.add_argument("--rounds", type=int, default=2, help="runs per plan, interleaved")
-    dmp.add_argument("--seed", type=int, default=0)
+    dmp.add_argument("--rounds", type=at_least(1), default=2, help="runs per plan, interleaved")
+    dmp.add_argument("--seed", type=at_least(0), default=0)
     dmp.add_argument("--backend", choices=["gloo", "nccl"], help="default: gloo on cpu, nccl on cuda")
     dmp.add_argument("--no-torchrec", dest="vs_torchrec", action="store_false",
                      help="do not also train TorchRec's own plan of the task")
@@ -631,7 +652,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the REST planning service (uvicorn)")
     serve.add_argument("--host", default="127.0.0.1", help="default loopback only")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--port", type=at_least(0, hi=65535), default=8000)
     serve.add_argument("--profiles", help="comma-separated profiles to load (default: every one that can be "
                        "priced: a trained model, or a GPU profile's published roofline)")
     serve.add_argument("--workers", type=int, default=2, help="planning threads (default 2)")
@@ -648,10 +669,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--rounds", type=int, default=1,
                        help="interleaved measurement rounds per task (each rank's median kept)")
     add_visits(bench)
-    bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--seed", type=at_least(0), default=0)
     bench.add_argument("--out", default="bench/results")
     bench.add_argument("--name", help="result file stem (default bench-<profile>-<suite>)")
-    bench.add_argument("--limit", type=int, help="only the first N tasks of the suite (sorted by name)")
+    bench.add_argument("--limit", type=at_least(1), help="only the first N tasks of the suite (sorted by name)")
     bench.add_argument("--tasks", default="*.json", help="file-name pattern of the suite's tasks to run")
     add_wait_fit(bench, "0 measures at once and records the probe")
     bench.set_defaults(func=_cmd_bench)
@@ -659,7 +680,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = with_profile(sub.add_parser("train", help="train the compute-cost model from committed data"),
                          model=False)
     train.add_argument("--epochs", type=int, default=300)
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--seed", type=at_least(0), default=0)
     train.add_argument("--out", type=Path, default=None,
                        help="folder for the model, its report and reference.json (default: the profile's own)")
     train.add_argument("--random-level", action=argparse.BooleanOptionalAction, default=True,
@@ -692,21 +713,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     tp = with_profile(sub.add_parser("train-policy", help="train the rl searcher's placement policy against "
                                                           "the cost model (resumable)"))
-    tp.add_argument("--updates", type=int, default=300)
-    tp.add_argument("--seed", type=int, default=0)
+    tp.add_argument("--updates", type=at_least(1), default=300)
+    tp.add_argument("--seed", type=at_least(0), default=0)
     tp.add_argument("--out", help="default data/profiles/<profile>/rl-policy.json")
     tp.set_defaults(func=_cmd_train_policy)
 
     mt = with_profile(sub.add_parser("make-tasks", help="generate a benchmark task suite"), model=False)
     mt.add_argument("--suite", default="cpu-bench")
-    mt.add_argument("--count", type=int, default=30)
-    mt.add_argument("--seed", type=int, default=0)
+    mt.add_argument("--count", type=at_least(1), default=30)
+    mt.add_argument("--seed", type=at_least(0), default=0)
     mt.add_argument("--pools", default="meta_synthetic")
     mt.add_argument("--tables", default="10,60", help="MIN,MAX tables per task")
     mt.add_argument("--world-sizes", default="2,4,8")
-    mt.add_argument("--oversize-every", type=int, default=6,
+    mt.add_argument("--oversize-every", type=at_least(0), default=6,
                     help="every N-th task has a table larger than one rank (0: none)")
-    mt.add_argument("--batch-size-per-rank", type=int,
+    mt.add_argument("--batch-size-per-rank", type=at_least(1),
                     help="default: on a CPU profile sized so one rank measures in ~1 s; on a GPU profile one of "
                          "the global batches its cost data was timed at, shared by the ranks")
     mt.add_argument("--out", default="data/tasks/cpu-bench")
@@ -716,11 +737,11 @@ def build_parser() -> argparse.ArgumentParser:
     csub = collect.add_subparsers(dest="what", required=True)
     cc = with_profile(csub.add_parser("compute", help="time random shard sets as one FBGEMM TBE op "
                                                       "(resumable)"), model=False)
-    cc.add_argument("--samples", type=int, default=6000, help="total samples wanted for this seed")
-    cc.add_argument("--seed", type=int, default=0)
+    cc.add_argument("--samples", type=at_least(1), default=6000, help="total samples wanted for this seed")
+    cc.add_argument("--seed", type=at_least(0), default=0)
     cc.add_argument("--pools", default=",".join(COLLECT_POOLS))
     cc.add_argument("--optimizer", default="sgd")
-    cc.add_argument("--repeats", type=int, default=None, help="timed iterations (default: the profile's)")
+    cc.add_argument("--repeats", type=at_least(1), default=None, help="timed iterations (default: the profile's)")
     cc.add_argument("--min-shards", type=int, default=1)
     cc.add_argument("--max-shards", type=int, default=15)
     cc.add_argument("--min-table-rows", type=int, default=0,
@@ -745,7 +766,7 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--replica-max-rows", type=int, default=REPLICA_MAX_ROWS,
                     help="most rows a replicated table has (default %(default)s; drawn from the whole pool, "
                          "whatever --min-table-rows says)")
-    cc.add_argument("--max-seconds", type=float, default=None,
+    cc.add_argument("--max-seconds", type=at_least(0, float), default=None,
                     help="stop after this long, keeping what was collected (run again to resume)")
     cc.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute.parquet, "
                                   "compute-large.parquet when --max-shards > 15)")
@@ -757,14 +778,14 @@ def build_parser() -> argparse.ArgumentParser:
                                            "greedy-size,round-robin,random")
     cr.add_argument("--plans", help="a folder of plan files made elsewhere: time their ranks instead of planning "
                                     "(--suite and --searchers unused; each plan names its searcher)")
-    cr.add_argument("--round", type=int, default=0, help="DreamShard loop round: plans of a retrained model "
+    cr.add_argument("--round", type=at_least(0), default=0, help="DreamShard loop round: plans of a retrained model "
                                                          "are new data (default 0)")
     cr.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute-ranks.parquet, "
                                   "compute-plan-groups.parquet with --visits)")
-    cr.add_argument("--visits", type=int, default=1,
+    cr.add_argument("--visits", type=at_least(1), default=1,
                     help="above 1: time each task's plans together as the bench does (turns by visit, one "
                          "divisor per task), for within-task relative labels (source plan-group)")
-    cr.add_argument("--rounds", type=int, default=2, help="interleaved rounds with --visits (default 2)")
+    cr.add_argument("--rounds", type=at_least(1), default=2, help="interleaved rounds with --visits (default 2)")
     add_wait_fit(cr, "then accept a steady slowdown up to 2x, as plan measurements do; 0 (default) "
                      "gates each rank on the reference alone (within 1.2x of quiet)")
     cr.set_defaults(func=_cmd_collect_ranks)
@@ -775,10 +796,10 @@ def build_parser() -> argparse.ArgumentParser:
     ct.set_defaults(func=_cmd_collect_retime)
     cd = with_profile(csub.add_parser("decompositions", help="time trained-on plan ranks whole and shard by shard "
                                                              "in the same repetitions (resumable)"), model=False)
-    cd.add_argument("--sets", type=int, default=400, help="total decompositions wanted")
-    cd.add_argument("--reps", type=int, default=5, help="repetitions in which every op takes its turn")
+    cd.add_argument("--sets", type=at_least(1), default=400, help="total decompositions wanted")
+    cd.add_argument("--reps", type=at_least(1), default=5, help="repetitions in which every op takes its turn")
     cd.add_argument("--src", help="plan-rank file (default data/profiles/<profile>/compute-ranks.parquet)")
-    cd.add_argument("--max-seconds", type=float, default=None,
+    cd.add_argument("--max-seconds", type=at_least(0, float), default=None,
                     help="stop after this long, keeping what was collected (run again to resume)")
     cd.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute-decompositions.parquet)")
     cd.set_defaults(func=_cmd_collect_decompositions)
@@ -789,20 +810,20 @@ def build_parser() -> argparse.ArgumentParser:
         ch = with_profile(csub.add_parser(f"{recipe}-mixes", help=f"time {about} beside labelled neighbours "
                                                                   "(calibrated labels; resumable)"),
                           model=False)
-        ch.add_argument("--sets", type=int, default=200, help="total sets wanted for this seed")
-        ch.add_argument("--seed", type=int, default=0)
+        ch.add_argument("--sets", type=at_least(1), default=200, help="total sets wanted for this seed")
+        ch.add_argument("--seed", type=at_least(0), default=0)
         ch.add_argument("--pools", default=",".join(COLLECT_POOLS))
         # the hot mixes were drawn before unseen-c existed; their command keeps the pools they were drawn from
         ch.add_argument("--exclude-suites", default=excluded,
                         help="suites whose tables are left out of the pools (held-out checks never see a label)")
-        ch.add_argument("--max-seconds", type=float, default=None,
+        ch.add_argument("--max-seconds", type=at_least(0, float), default=None,
                         help="stop after this long, keeping what was collected (run again to resume)")
         ch.add_argument("--out", help=f"parquet file (default data/profiles/<profile>/compute-{recipe}-mixes.parquet)")
         ch.set_defaults(func=_cmd_collect_hot_mixes, recipe=recipe)
     cm = with_profile(csub.add_parser("comm", help="measure gloo all-to-all and fit the comm model"),
                       model=False)
     cm.add_argument("--world-sizes", default="2,3,4")
-    cm.add_argument("--configs", type=int, default=40, help="random uneven splits per world size")
+    cm.add_argument("--configs", type=at_least(1), default=40, help="random uneven splits per world size")
     cm.set_defaults(func=_cmd_collect_comm)
     return p
 

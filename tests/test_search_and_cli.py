@@ -10,7 +10,7 @@ from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile
 from shardplan.cost.specs import specs_from_json
 from shardplan.domain import Table
-from shardplan.errors import InfeasibleError
+from shardplan.errors import InfeasibleError, InputError
 from shardplan.formats import load_plan, load_task, task_to_dict
 from shardplan.memory import GB, received_bytes, table_bytes
 from shardplan.search import get_searcher
@@ -494,3 +494,50 @@ def test_generated_tasks_sit_in_the_batch_range_their_profiles_cost_data_covers(
     # a CPU profile's tasks keep the batch that makes one rank's measurement about a second
     cpu = generate_task(np.random.default_rng(0), pool, "c0", get_profile("cpu-2c"))
     assert 64 <= cpu.batch_size_per_rank <= 2048 and cpu.topology.device == "cpu"
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["serve", "--port", "-1"], "--port"), (["serve", "--port", "70000"], "--port"),
+    (["bench", "--limit", "0"], "--limit"), (["make-tasks", "--count", "0"], "--count"),
+    (["make-tasks", "--batch-size-per-rank", "0"], "--batch-size-per-rank"),
+    (["make-tasks", "--seed", "-1"], "--seed"), (["collect", "compute", "--samples", "-1"], "--samples"),
+    (["collect", "compute", "--repeats", "0"], "--repeats"),
+    (["collect", "compute", "--max-seconds", "-1"], "--max-seconds"), (["collect", "ranks", "--visits", "0"], "--visits"),
+    (["collect", "ranks", "--visits", "2", "--rounds", "0"], "--rounds"),
+    (["collect", "comm", "--configs", "0"], "--configs"),
+    (["train-dmp", "plan.json", "--rounds", "0"], "--rounds"), (["plan", "task.json", "--seed", "x"], "--seed"),
+])
+def test_cli_refuses_numbers_out_of_range_before_anything_runs(argv, flag, tmp_path, monkeypatch, capsys):
+    # every one of these ran (or crashed) before: --updates 0 saved an untrained policy over the committed one
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--out", "x.out"] if argv[0] in ("make-tasks", "collect") and argv[1:2] != ["comm"] else argv)
+    assert e.value.code == 2 and f"argument {flag}: must be" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_policy_training_refuses_no_updates_and_writes_nothing(tmp_path, estimator):
+    from shardplan.search.rl import train_policy
+
+    out = tmp_path / "policy.json"
+    with pytest.raises(InputError, match="updates"):
+        train_policy(estimator, out, updates=0, progress=False)
+    with pytest.raises(InputError, match="rollouts"):
+        train_policy(estimator, out, updates=2, rollouts=0, progress=False)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(SystemExit) as e:
+        main(["train-policy", "--updates", "0", "--out", str(out)])
+    assert e.value.code == 2 and not out.exists()
+
+
+def test_collect_comm_run_again_keeps_the_committed_model(monkeypatch, capsys):
+    # a finished collection run again adds no row: the model and its date stay as committed
+    import shardplan.cost.comm_collect as comm_collect
+    import shardplan.cost.profiles as profiles
+
+    model = get_profile("cpu-2c").dir / "comm-model.json"
+    before = model.read_bytes()
+    monkeypatch.setattr(profiles, "check_collect_target", lambda profile, out: None)
+    monkeypatch.setattr(comm_collect, "collect_comm", lambda profile, out, world_sizes, configs: pd.read_parquet(out))
+    assert main(["collect", "comm", "--profile", "cpu-2c"]) == 0
+    assert "nothing new" in capsys.readouterr().out and model.read_bytes() == before

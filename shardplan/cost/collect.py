@@ -180,6 +180,9 @@ def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples:
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     warmup = profile.warmup if warmup is None else warmup
     repeats = profile.repeats if repeats is None else repeats
+    if repeats < 1 or warmup < 0:
+        raise InputError("--repeats", f"need at least 1 timed iteration and warmup >= 0, got {repeats} and {warmup}",
+                         "leave them out for the profile's protocol")
     profile.use_threads()
     existing = pd.read_parquet(out) if out.exists() else pd.DataFrame()
     done = set(existing.loc[existing["seed"] == seed, "sample"]) if len(existing) else set()

@@ -165,6 +165,9 @@ def train_policy(estimator: PlanEstimator, out: Path, updates: int = 300, tasks_
     from ..pools import load_pool
     from ..taskgen import TASK_RECIPE, generate_task
 
+    for name, v in (("updates", updates), ("tasks_per_update", tasks_per_update), ("rollouts", rollouts)):
+        if not isinstance(v, int) or v < 1:  # a policy saved after no update would be an untrained one
+            raise InputError(name, f"must be a positive integer, got {v!r}")
     profile = get_profile(estimator.profile)
     pool = load_pool("meta_synthetic")
     train_pool = pool[0::2]  # even indices; the odd half is for evaluating transfer
