@@ -121,9 +121,10 @@ def _cmd_collect_decompositions(args: argparse.Namespace) -> int:
     src = Path(args.src) if args.src else profile.dir / "compute-ranks.parquet"
     if not src.is_file():
         raise InputError("--src", f"no plan-rank file at {src}", "collect plan ranks first (shardplan collect ranks)")
-    out = Path(args.out) if args.out else profile.dir / "compute-decompositions.parquet"
+    name = "compute-batch-parts.parquet" if args.by_batch else "compute-decompositions.parquet"
+    out = Path(args.out) if args.out else profile.dir / name
     check_collect_target(profile, out)
-    df = collect_decompositions(profile, out, args.sets, args.reps, src, args.max_seconds)
+    df = collect_decompositions(profile, out, args.sets, args.reps, src, args.max_seconds, by_batch=args.by_batch)
     print(f"{out}: {len(df)} decompositions")
     return 0
 
@@ -801,7 +802,12 @@ def build_parser() -> argparse.ArgumentParser:
     cd.add_argument("--src", help="plan-rank file (default data/profiles/<profile>/compute-ranks.parquet)")
     cd.add_argument("--max-seconds", type=at_least(0, float), default=None,
                     help="stop after this long, keeping what was collected (run again to resume)")
-    cd.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute-decompositions.parquet)")
+    cd.add_argument("--by-batch", action="store_true",
+                    help="instead: every plan rank of two batch sizes (data-parallel replicas beside sharded "
+                         "tables), whole and each batch's op alone, held-out ranks too; for reading which op a "
+                         "model misprices, never for training")
+    cd.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute-decompositions.parquet; "
+                                  "compute-batch-parts.parquet with --by-batch)")
     cd.set_defaults(func=_cmd_collect_decompositions)
     for recipe, about, excluded in (
             ("hot", "plan-rank-like sets around a large hot table", "data/tasks/unseen-a,data/tasks/unseen-b"),

@@ -125,3 +125,25 @@ def test_paired_compares_the_same_sets_of_two_files(load_script):
     assert t["ratio, heavy"] == pytest.approx(1.5) and t["ratio, light"] == pytest.approx(1.0)
     assert t["sum alone"] == pytest.approx(1.05) and t["reference"] == pytest.approx(1.0)
     assert t["dates"] == "20:43-20:44 over 19:42-19:43 UTC"
+
+
+def test_by_batch_times_a_ranks_two_ops_apart_and_training_skips_them(tmp_path):
+    # a rank with data-parallel replicas runs an op per batch size; --by-batch times each alone beside the
+    # whole, held-out ranks included (for reading), and the training loader leaves such rows out
+    prof = get_profile("cpu-2c")
+    held = next(i for i in range(200) if is_holdout(7, i))
+    train = _trained_on_samples(1)[0]
+    mixed = [_shard("a", batch=128), _shard("b", batch=128), _shard("dp", rows=20, batch=32)]
+    ranks = _ranks([(mixed, held), ([_shard("c"), _shard("d"), _shard("e")], train)])
+    src, out = tmp_path / "ranks.parquet", tmp_path / "parts.parquet"
+    ranks.to_parquet(src)
+    assert list(decomposition_sources(ranks, by_batch=True).index) == [0]  # two batch sizes, though held out
+    df = collect_decompositions(prof, out, 5, reps=2, src=src, by_batch=True)
+    assert len(df) == 1
+    row = df.iloc[0]
+    assert row.parts == "batches" and list(row.part_batches) == [32, 128] and row.source == "batch-parts"
+    fwd = np.stack(row.fwd_samples_ms)
+    assert fwd.shape == (2, 3) and (fwd > 0).all()  # the whole, then the local batch's op, then the global's
+    from shardplan.cost.train import load_decompositions
+    sets, ratios, kept = load_decompositions(out)
+    assert sets == [] and len(kept) == 0

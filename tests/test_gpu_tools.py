@@ -102,3 +102,23 @@ def test_gpu_rows_name_the_gpu_they_were_timed_on() -> None:
     out = "580.159.04, GPU-37c68a69-f4cf-626f-686b-0abcde384db6\n580.159.04, GPU-8514e371-6f8d-5347-a350-835aa900aa09\n"
     assert gpu_identity(out) == ("580.159.04", "GPU-37c68a69-f4cf-626f-686b-0abcde384db6")  # the first GPU's
     assert gpu_identity("") == ("", "")  # no nvidia-smi output: nothing invented
+
+
+def test_job_rank_parts_stage_times_a_ranks_ops_apart(tmp_path) -> None:
+    # the stage a lease runs, here on the CPU twin: python3 is this environment's (the lent machine's is its own)
+    import subprocess
+
+    import pandas as pd
+
+    from shardplan.cost.specs import ShardSpec, specs_to_json
+
+    mixed = [ShardSpec("a", 400, 0, 400, 8, 2.0, 0.5, 128), ShardSpec("dp", 20, 0, 20, 8, 1.0, 0.5, 32)]
+    src = tmp_path / "ranks.parquet"
+    pd.DataFrame([{"seed": 7, "sample": 0, "source": "plan-rank", "task": "t", "searcher": "torchrec", "rank": 0,
+                   "num_shards": 2, "shards": specs_to_json(mixed), "id_seed": 0, "optimizer": "sgd",
+                   "dtype": "fp32"}]).to_parquet(src)
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", PROFILE="cpu-2c",
+               OUT=str(tmp_path / "out"), STATE=str(tmp_path / "state"), PARTS_SRC=str(src), PARTS_REPS="1")
+    subprocess.run(["bash", "scripts/gpu/job.sh", "rank-parts"], cwd=ROOT, env=env, check=True, capture_output=True)
+    df = pd.read_parquet(tmp_path / "out" / "compute-batch-parts.parquet")
+    assert len(df) == 1 and list(df.iloc[0].part_batches) == [32, 128]

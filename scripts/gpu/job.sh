@@ -66,6 +66,14 @@ for stage in "$@"; do
             --plans "$dir" --out "$STATE/compute-ranks.parquet" || echo "collect-ranks on $dir stopped (rc $?)"
       done
       cp "$STATE/compute-ranks.parquet" "$OUT/" ;;
+    rank-parts)
+      # plan ranks with data-parallel replicas (every TorchRec rank of the suite), each timed whole and each
+      # batch's op alone in the same repetitions: which op the model misprices ($PARTS_SRC: a plan-rank file,
+      # by default the ranks the collect-ranks stage just timed; training never reads these rows)
+      python3 -m shardplan.cli collect decompositions --by-batch --profile "${PROFILE:-$(profile)}" \
+          --src "${PARTS_SRC:-$STATE/compute-ranks.parquet}" --sets "${PARTS_SETS:-240}" --reps "${PARTS_REPS:-5}" \
+          --max-seconds "${PARTS_SECONDS:-300}" --out "$STATE/compute-batch-parts.parquet"
+      cp "$STATE/compute-batch-parts.parquet" "$OUT/" ;;
     train)
       # the GPU profile's model, trained here on the samples just collected (the searchers of the `plan`
       # stage need it on this machine); the committed model is trained again on CPU afterwards
@@ -88,7 +96,8 @@ for stage in "$@"; do
       n=1; while [ -e "$OUT/suite-$n" ]; do n=$((n + 1)); done
       python3 bench/gpu_suite.py run --profile "${PROFILE:-$(profile)}" --plans "$PLANS" --out "$OUT/suite-$n" \
           --iterations "${ITERATIONS:-20}" ${SUITE_SECONDS:+--max-seconds "$SUITE_SECONDS"} ;;
-    *) echo "unknown stage $stage (profile, unpack, install, collect, collect-large, collect-ranks, train, plan, suite)" >&2
+    *) echo "unknown stage $stage (profile, unpack, install, collect, collect-large, collect-ranks, rank-parts, train," \
+            "plan, suite)" >&2
        exit 2 ;;
   esac
 done

@@ -33,7 +33,7 @@ timeout "${DEADLINE_S:-550}" bash -c '
 ' > "$OUT/log.txt" 2>&1
 rc=$?
 echo "job rc $rc after $(( $(date +%s) - start )) s on $PROFILE" >> "$OUT/log.txt"
-for f in compute.parquet compute-large.parquet compute-ranks.parquet; do  # what was collected, even if cut short
+for f in compute.parquet compute-large.parquet compute-ranks.parquet compute-batch-parts.parquet; do  # collected, even if cut short
   cp "${STATE:-/tmp/shardplan-gpu}/$f" "$OUT/" 2>/dev/null
 done
 tar -czf "$RESULTS/gpu-results.tgz" -C "$OUT" .

@@ -20,6 +20,15 @@ label, the median over repetitions of the per-repetition ratio, per head
 (``ratio_fwd``, ``ratio_bwd``). Rows go to
 ``data/profiles/<profile>/compute-decompositions.parquet``; resumable by source
 row (``src_row``).
+
+``by_batch`` decomposes a rank into its ops instead: a rank holding
+data-parallel replicas runs one op on the local batch and one on the global
+(``model.batch_parts``), and a plan-rank label is their sum. Timed apart in the
+same repetitions, the two say which one a model misprices (on the H100 the
+TorchRec ranks of ``gpu-bench-11`` sat 0.2 ms under the others' level over what
+the model gave their sharded op, docs/gpu.md). Every plan rank of two batch
+sizes is taken, held-out ones too: these rows are for reading, not training
+(the default file, ``compute-batch-parts.parquet``, is one training never opens).
 """
 from __future__ import annotations
 
@@ -33,6 +42,7 @@ from tqdm import tqdm
 
 from .collect import _stamp, append_rows, row_id_seed, spec_columns
 from .kernel import RankOp, time_reference
+from .model import batch_parts
 from .profiles import Profile, load1, reference_ms
 from .specs import ShardSpec, specs_from_json
 from .train import holdout_mask
@@ -41,24 +51,29 @@ MIN_SHARDS = 3  # two shards say little about how a set of them interferes
 DECOMP_ORDER_SEED = 11  # the seeded order in which source ranks are taken
 
 
-def decomposition_sources(ranks: pd.DataFrame, seed: int = DECOMP_ORDER_SEED) -> pd.DataFrame:
+def decomposition_sources(ranks: pd.DataFrame, seed: int = DECOMP_ORDER_SEED, by_batch: bool = False) -> pd.DataFrame:
     """The rows of a plan-rank file fit to decompose, in the order they are taken: trained-on
-    (not held out) plan ranks of ``MIN_SHARDS`` or more shards fed one batch size, shuffled by ``seed``.
-    The index is the row's position in the file (``src_row``)."""
+    (not held out) plan ranks of ``MIN_SHARDS`` or more shards fed one batch size, or with ``by_batch``
+    every plan rank fed two or more, shuffled by ``seed``. The index is the row's position in the file
+    (``src_row``)."""
     ranks = ranks[ranks["source"] == "plan-rank"]
-    ok = ~holdout_mask(ranks) & (ranks["num_shards"] >= MIN_SHARDS)
-    one_batch = ranks["shards"].map(lambda s: len({x.batch_size for x in specs_from_json(s)}) == 1)
-    rows = ranks[ok & one_batch.to_numpy()]
+    batches = ranks["shards"].map(lambda s: len({x.batch_size for x in specs_from_json(s)})).to_numpy()
+    if by_batch:
+        rows = ranks[batches >= 2]
+    else:
+        rows = ranks[~holdout_mask(ranks) & (ranks["num_shards"] >= MIN_SHARDS) & (batches == 1)]
     return rows.loc[np.random.default_rng(seed).permutation(rows.index.to_numpy())]
 
 
 def time_decomposition(specs: list[ShardSpec], optimizer: str, dtype: str, profile: Profile, id_seed: int,
-                       reps: int) -> dict[str, object]:
-    """``specs`` whole and each shard alone, timed in turns for ``reps`` repetitions: every repetition's
-    medians (fwd, bwd) of each op, the per-repetition ratio whole / sum alone and its median per head,
-    the reference at each repetition's start, the load and the date."""
+                       reps: int, by_batch: bool = False) -> dict[str, object]:
+    """``specs`` whole and each shard alone (with ``by_batch``, each batch's op alone), timed in turns
+    for ``reps`` repetitions: every repetition's medians (fwd, bwd) of each op, the per-repetition ratio
+    whole / sum alone and its median per head, the reference at each repetition's start, the load and
+    the date. ``parts`` names the parts by their batch sizes (``alone_*`` follow that order)."""
+    parts = batch_parts([specs])[0] if by_batch else [[s] for s in specs]
     ops = [RankOp(specs, optimizer, dtype, profile.device, id_seed)]
-    ops += [RankOp([s], optimizer, dtype, profile.device, id_seed) for s in specs]
+    ops += [RankOp(part, optimizer, dtype, profile.device, id_seed) for part in parts]
     before = load1()
     fwd = np.zeros((reps, len(ops)))
     bwd = np.zeros((reps, len(ops)))
@@ -70,12 +85,15 @@ def time_decomposition(specs: list[ShardSpec], optimizer: str, dtype: str, profi
             fwd[r, k], bwd[r, k] = t.fwd_ms, t.bwd_ms
     ratio_f = fwd[:, 0] / fwd[:, 1:].sum(axis=1)
     ratio_b = bwd[:, 0] / bwd[:, 1:].sum(axis=1)
-    return {**spec_columns(specs), "id_seed": id_seed, "reps": reps, "warmup": profile.warmup,
+    return {**spec_columns(specs), "parts": "batches" if by_batch else "shards",
+            "part_batches": [part[0].batch_size for part in parts], "id_seed": id_seed, "reps": reps,
+            "warmup": profile.warmup,
             "repeats": profile.repeats,
             "ratio_fwd": float(np.median(ratio_f)), "ratio_bwd": float(np.median(ratio_b)),
             "ratio_fwd_samples": ratio_f.tolist(), "ratio_bwd_samples": ratio_b.tolist(),
             "whole_fwd_ms": float(np.median(fwd[:, 0])), "whole_bwd_ms": float(np.median(bwd[:, 0])),
-            "alone_fwd_ms": np.median(fwd[:, 1:], axis=0).tolist(), "alone_bwd_ms": np.median(bwd[:, 1:], axis=0).tolist(),
+            "alone_fwd_ms": np.median(fwd[:, 1:], axis=0).tolist(),
+            "alone_bwd_ms": np.median(bwd[:, 1:], axis=0).tolist(),
             "fwd_samples_ms": fwd.tolist(), "bwd_samples_ms": bwd.tolist(),
             "ref_ms": refs, "quiet_ms": reference_ms(profile) or float("nan"),
             "load1_before": before, "load1_after": load1(),
@@ -84,13 +102,14 @@ def time_decomposition(specs: list[ShardSpec], optimizer: str, dtype: str, profi
 
 def collect_decompositions(profile: Profile, out: Path, num_sets: int, reps: int = 5,
                            src: Path | None = None, max_seconds: float | None = None,
-                           flush_every: int = 5) -> pd.DataFrame:
+                           flush_every: int = 5, by_batch: bool = False) -> pd.DataFrame:
     """Append decompositions to ``out`` until it holds ``num_sets`` (or the sources run out, or
-    ``max_seconds`` pass); resumable: source rows already in ``out`` are skipped."""
+    ``max_seconds`` pass); resumable: source rows already in ``out`` are skipped. ``by_batch``: ranks
+    of two batch sizes, into their ops (the module's docstring)."""
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     profile.use_threads()
     src = src or profile.dir / "compute-ranks.parquet"
-    sources = decomposition_sources(pd.read_parquet(src))
+    sources = decomposition_sources(pd.read_parquet(src), by_batch=by_batch)
     existing = pd.read_parquet(out) if out.exists() else pd.DataFrame()
     done = set(existing["src_row"]) if len(existing) else set()
     todo = [i for i in sources.index if i not in done][:max(0, num_sets - len(done))]
@@ -106,9 +125,10 @@ def collect_decompositions(profile: Profile, out: Path, num_sets: int, reps: int
         if kind not in stamps:
             stamps[kind] = _stamp(profile, *kind)
         rows.append({"src_row": int(i), "src": src.name, "seed": row["seed"], "sample": row["sample"],
-                     "source": "decomposition", "task": row["task"], "searcher": row["searcher"],
+                     "source": "batch-parts" if by_batch else "decomposition", "task": row["task"], "searcher": row["searcher"],
                      "rank": row["rank"],
-                     **time_decomposition(specs_from_json(row["shards"]), *kind, profile, row_id_seed(row), reps),
+                     **time_decomposition(specs_from_json(row["shards"]), *kind, profile, row_id_seed(row), reps,
+                                          by_batch),
                      **stamps[kind]})
         if len(rows) >= flush_every:
             existing, rows = append_rows(existing, rows, out), []

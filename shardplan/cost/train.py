@@ -112,6 +112,8 @@ def load_decompositions(path: Path) -> tuple[list[list[ShardSpec]], np.ndarray, 
     """Sets timed whole and shard by shard, and their measured ratios ``[D, 2]`` (fwd, bwd) of the whole
     over the sum of its shards alone (:mod:`shardplan.cost.collect_decomp`)."""
     df = pd.read_parquet(path)
+    if "parts" in df:  # a rank's ops timed apart (collect decompositions --by-batch) are for reading only
+        df = df[df["parts"] == "shards"].reset_index(drop=True)
     return [specs_from_json(s) for s in df["shards"]], df[["ratio_fwd", "ratio_bwd"]].to_numpy(), df
 
 
