@@ -118,7 +118,8 @@ def test_job_rank_parts_stage_times_a_ranks_ops_apart(tmp_path) -> None:
                    "num_shards": 2, "shards": specs_to_json(mixed), "id_seed": 0, "optimizer": "sgd",
                    "dtype": "fp32"}]).to_parquet(src)
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", PROFILE="cpu-2c",
-               OUT=str(tmp_path / "out"), STATE=str(tmp_path / "state"), PARTS_SRC=str(src), PARTS_REPS="1")
+               OUT=str(tmp_path / "out"), STATE=str(tmp_path / "state"), BATCH_PARTS_SRC=str(src),
+               BATCH_PARTS_REPS="1")
     subprocess.run(["bash", "scripts/gpu/job.sh", "rank-parts"], cwd=ROOT, env=env, check=True, capture_output=True)
     df = pd.read_parquet(tmp_path / "out" / "compute-batch-parts.parquet")
     assert len(df) == 1 and list(df.iloc[0].part_batches) == [32, 128]

@@ -68,11 +68,11 @@ for stage in "$@"; do
       cp "$STATE/compute-ranks.parquet" "$OUT/" ;;
     rank-parts)
       # plan ranks with data-parallel replicas (every TorchRec rank of the suite), each timed whole and each
-      # batch's op alone in the same repetitions: which op the model misprices ($PARTS_SRC: a plan-rank file,
-      # by default the ranks the collect-ranks stage just timed; training never reads these rows)
+      # batch's op alone in the same repetitions: which op the model misprices ($BATCH_PARTS_SRC: a plan-rank
+      # file, by default the ranks the collect-ranks stage just timed; training never reads these rows)
       python3 -m shardplan.cli collect decompositions --by-batch --profile "${PROFILE:-$(profile)}" \
-          --src "${PARTS_SRC:-$STATE/compute-ranks.parquet}" --sets "${PARTS_SETS:-240}" --reps "${PARTS_REPS:-5}" \
-          --max-seconds "${PARTS_SECONDS:-300}" --out "$STATE/compute-batch-parts.parquet"
+          --src "${BATCH_PARTS_SRC:-$STATE/compute-ranks.parquet}" --sets "${BATCH_PARTS_SETS:-240}" \
+          --reps "${BATCH_PARTS_REPS:-5}" --max-seconds "${BATCH_PARTS_SECONDS:-300}" --out "$STATE/compute-batch-parts.parquet"
       cp "$STATE/compute-batch-parts.parquet" "$OUT/" ;;
     train)
       # the GPU profile's model, trained here on the samples just collected (the searchers of the `plan`
