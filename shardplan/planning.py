@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Any, Iterable
 
 from .cost.estimator import PlanEstimator, load_estimator
+from .cost.profiles import DEFAULT_PROFILE
 from .domain import Plan, Table, Task
 from .errors import InputError
 from .formats import load_task
@@ -25,9 +26,13 @@ from .schema import TASK_FORMAT
 
 
 @lru_cache(maxsize=8)
-def estimator(profile: str = "cpu-2c") -> PlanEstimator:
-    """The profile's committed cost models (loaded once per process)."""
-    return load_estimator(profile)
+def estimator(profile: str = DEFAULT_PROFILE, host_reference_ms: float | None = None) -> PlanEstimator:
+    """The profile's committed cost models (loaded once per process and host reference).
+
+    ``host_reference_ms`` (GPU profiles): price at the state of a host whose reference workload runs in
+    that many ms (``shardplan profiles --host-reference`` times it on the machine), as the CLI's
+    ``--host-reference-ms`` and the REST service's ``host_reference_ms`` do."""
+    return load_estimator(profile, host_reference_ms=host_reference_ms)
 
 
 def make_task(tables: Iterable[Table | dict[str, Any]], world_size: int, *, local_world_size: int | None = None,
@@ -48,8 +53,9 @@ def make_task(tables: Iterable[Table | dict[str, Any]], world_size: int, *, loca
 
 
 def plan(tables: Iterable[Table | dict[str, Any]] | Task, world_size: int | None = None, *,
-         searcher: str | None = None, profile: str = "cpu-2c", seed: int = 0,
-         sharding_types: Iterable[str] | None = None, refine: int = 0, **task_fields: Any) -> Plan:
+         searcher: str | None = None, profile: str = DEFAULT_PROFILE, seed: int = 0,
+         sharding_types: Iterable[str] | None = None, refine: int = 0, host_reference_ms: float | None = None,
+         **task_fields: Any) -> Plan:
     """Plan tables for a topology with the default searcher and profile; returns a :class:`Plan`.
 
     ``tables`` may also be a ready :class:`Task` (then ``world_size`` and the
@@ -58,7 +64,7 @@ def plan(tables: Iterable[Table | dict[str, Any]] | Task, world_size: int | None
     on CPU over gloo: ``("table_wise", "column_wise", "data_parallel")``.
     ``refine=N`` times the plan's ranks on this machine's kernels and re-polishes it
     against the measured per-rank error up to N times (:mod:`shardplan.search.refine`;
-    the profile's hardware must be this machine's).
+    the profile's hardware must be this machine's). ``host_reference_ms`` as in :func:`estimator`.
     """
     from .search import DEFAULT_SEARCHER, get_searcher
 
@@ -73,20 +79,23 @@ def plan(tables: Iterable[Table | dict[str, Any]] | Task, world_size: int | None
     if not isinstance(refine, int) or refine < 0:
         raise InputError("refine", f"must be 0 (off) or a number of timings, got {refine!r}")
     chosen = get_searcher(searcher or DEFAULT_SEARCHER, sharding_types)
+    priced = estimator(profile, host_reference_ms)
     if not refine:
-        return chosen.plan(task, estimator(profile), seed=seed)
+        return chosen.plan(task, priced, seed=seed)
     from .search.refine import plan_refined
 
-    return plan_refined(chosen, task, estimator(profile), profile, seed=seed, iterations=refine)
+    return plan_refined(chosen, task, priced, profile, seed=seed, iterations=refine)
 
 
-def evaluate(p: Plan, *, measure: bool = False, profile: str = "cpu-2c", rounds: int = 1) -> Plan:
-    """``p`` with its predicted cost filled, and with ``measure=True`` its measured cost too."""
+def evaluate(p: Plan, *, measure: bool = False, profile: str = DEFAULT_PROFILE, rounds: int = 1,
+             host_reference_ms: float | None = None) -> Plan:
+    """``p`` with its predicted cost filled (``host_reference_ms`` as in :func:`estimator`), and with
+    ``measure=True`` its measured cost too."""
     from dataclasses import replace
 
     from .execute.measure import measure_plan
     from .validate import validate_plan
 
     validate_plan(p)
-    out = replace(p, cost=estimator(profile).estimate(p))
+    out = replace(p, cost=estimator(profile, host_reference_ms).estimate(p))
     return replace(out, measured_cost=measure_plan(out, profile, rounds)) if measure else out

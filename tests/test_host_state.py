@@ -131,3 +131,20 @@ def test_host_reference_is_timed_only_for_a_gpu_profile_on_a_gpu(capsys):
     if not torch.cuda.is_available():
         assert main(["profiles", "--host-reference", "--profile", "h100"]) == 2
         assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_python_api_prices_at_the_host_reference_as_the_cli_does():
+    import shardplan
+    from shardplan.cost.estimator import load_estimator
+
+    task = shardplan.load_task("data/tasks/gpu-bench/gpu-bench-00.json")
+    median = load_estimator("h100").compute.metadata["host_state"]["median_reference_ms"]
+    plain = shardplan.plan(task, searcher="greedy-size", profile="h100")
+    slow = shardplan.evaluate(plain, profile="h100", host_reference_ms=median + 0.4)
+    assert all(s.fwd_compute_ms + s.bwd_compute_ms > p.fwd_compute_ms + p.bwd_compute_ms
+               for s, p in zip(slow.cost.per_rank, plain.cost.per_rank))
+    assert f"host reference of {median + 0.4:.3f} ms" in slow.cost.extra["compute_model"]
+    at = shardplan.plan(task, searcher="greedy-size", profile="h100", host_reference_ms=median + 0.4)
+    assert at.cost.extra["compute_model"] == slow.cost.extra["compute_model"]
+    with pytest.raises(InputError, match="host_reference_ms"):
+        shardplan.plan(task, searcher="greedy-size", profile="cpu-2c", host_reference_ms=0.8)

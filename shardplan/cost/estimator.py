@@ -17,7 +17,7 @@ from ..domain import Plan, PlanCost, RankCost
 from ..errors import InputError
 from ..memory import rank_memory_gb
 from .comm import AlphaBetaCommModel, CommModel, FittedCommModel, rank_volumes
-from .profiles import Profile, get_profile
+from .profiles import DEFAULT_PROFILE, Profile, get_profile
 from .specs import ShardSpec, canonical, rank_specs
 
 
@@ -95,7 +95,7 @@ def comm_model_for(profile: Profile) -> CommModel:
     return AlphaBetaCommModel(profile=profile.name)
 
 
-def load_estimator(profile_name: str = "cpu-2c", model_path: str | Path | None = None,
+def load_estimator(profile_name: str = DEFAULT_PROFILE, model_path: str | Path | None = None,
                    host_reference_ms: float | None = None) -> PlanEstimator:
     """The profile's committed neural compute model and its comm model.
 
