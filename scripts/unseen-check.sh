@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Issue 2's last bar on a host fit to measure: TorchRec's plans of an unseen suite, every rank timed beside
+# labelled stored ranks like it (neighbour calibration) in RUNS independent runs, then pooled: the committed
+# model, and each candidate named in $CANDIDATES, against each rank's median over the runs.
+#
+#   bash scripts/unseen-check.sh PROFILE SUITE [RUNS]       e.g. cpu-2c-xeon data/tasks/unseen-d 2
+#
+# Run it on the host of PROFILE's labels (`shardplan profiles --probe` says whether this one runs them as
+# labelled) and nothing else meanwhile: the two cores are the instrument. Each run waits up to $WAIT_FIT
+# minutes (default 30) before each task for the host to reproduce its labels, and exits 3 when it does not
+# (nothing of that run is pooled). About 25 minutes a run of `unseen-d` on the Xeon; every run's results
+# file stays under bench/results/ with the machine's state in it.
+#
+# CANDIDATES (default: the banded candidates of session 40 and the committed model's nearest rivals):
+# folders under data/profiles/PROFILE/candidates/ to score on the same runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+profile=${1:?usage: unseen-check.sh PROFILE SUITE [RUNS]}
+suite=${2:?usage: unseen-check.sh PROFILE SUITE [RUNS]}
+runs=${3:-2}
+name=$(basename "$suite")
+stamp=$(date -u +%Y%m%dT%H%M)
+.venv/bin/shardplan profiles --probe | tail -2
+files=()
+for i in $(seq 1 "$runs"); do
+  run="plan-accuracy-$profile-$name-calibrated-$stamp-$i"
+  # one core for the timing, the allocator kept from returning memory mid-timing (the labels' protocol)
+  MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 taskset -c 1 \
+    .venv/bin/python bench/plan_accuracy.py --suite "$suite" --profile "$profile" --rounds 2 --visits 4 \
+      --calibrate --wait-fit "${WAIT_FIT:-30}" --name "$run"
+  files+=("bench/results/$run.csv")
+done
+.venv/bin/shardplan profiles --probe | tail -2
+.venv/bin/python bench/plan_accuracy_runs.py --suite "$suite" --profile "$profile" --measured cal_ms \
+  --runs "${files[@]}" --name "plan-accuracy-runs-$profile-$name-cal_ms-${runs}runs-$stamp"
+default_candidates="context-totals-banded context-totals-banded-hot-mixes context-totals-banded-crowded-mixes hot-mixes"
+for c in ${CANDIDATES:-$default_candidates}; do
+  model="data/profiles/$profile/candidates/$c/compute-model.json"
+  [ -f "$model" ] || { echo "no candidate $model; skipped"; continue; }
+  .venv/bin/python bench/plan_accuracy_runs.py --suite "$suite" --profile "$profile" --measured cal_ms \
+    --runs "${files[@]}" --model "$model" --name "plan-accuracy-runs-$profile-$name-cal_ms-${runs}runs-$stamp-$c"
+done
