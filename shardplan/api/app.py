@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse
 from .. import __version__
 from ..budget import BudgetExceeded, time_budget
 from ..cost.estimator import PlanEstimator, load_estimator
-from ..cost.profiles import PROFILES
+from ..cost.profiles import DEFAULT_PROFILE, PROFILES
 from ..domain import SHARDING_TYPES, Plan, Task
 from ..errors import InfeasibleError, InputError
 from ..formats import plan_from_model, plan_to_dict, task_from_model
@@ -181,7 +181,7 @@ def create_app(limits: Limits | None = None, profiles: Sequence[str] | None = No
         task: TaskModel,
         searcher: SearcherName = SearcherName(DEFAULT_SEARCHER),
         seed: Annotated[int, Query(ge=0, le=2**32 - 1)] = 0,
-        profile: ProfileName = ProfileName("cpu-2c"),
+        profile: ProfileName = ProfileName(DEFAULT_PROFILE),
         budget_s: Annotated[float, Query(gt=0, le=limits.max_budget_s,
                                          description="stop planning after this many seconds")] = limits.max_budget_s,
         sharding_types: Annotated[list[ShardingType] | None, Query(
@@ -198,7 +198,7 @@ def create_app(limits: Limits | None = None, profiles: Sequence[str] | None = No
         return plan_to_dict(plan)
 
     @app.post("/v1/evaluations", response_model=PlanModel, responses=ERRORS, tags=["planning"])
-    async def evaluations(plan: PlanModel, profile: ProfileName = ProfileName("cpu-2c"),
+    async def evaluations(plan: PlanModel, profile: ProfileName = ProfileName(DEFAULT_PROFILE),
                           host_reference_ms: HostReference = None) -> dict[str, Any]:
         """Check a ``shardplan/plan@1`` (tiling, ranks, memory) and return it with its predicted ``cost``."""
         domain_plan = plan_from_model(plan)

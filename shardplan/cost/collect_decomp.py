@@ -125,8 +125,8 @@ def collect_decompositions(profile: Profile, out: Path, num_sets: int, reps: int
         if kind not in stamps:
             stamps[kind] = _stamp(profile, *kind)
         rows.append({"src_row": int(i), "src": src.name, "seed": row["seed"], "sample": row["sample"],
-                     "source": "batch-parts" if by_batch else "decomposition", "task": row["task"], "searcher": row["searcher"],
-                     "rank": row["rank"],
+                     "source": "batch-parts" if by_batch else "decomposition", "task": row["task"],
+                     "searcher": row["searcher"], "rank": row["rank"],
                      **time_decomposition(specs_from_json(row["shards"]), *kind, profile, row_id_seed(row), reps,
                                           by_batch),
                      **stamps[kind]})

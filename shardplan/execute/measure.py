@@ -49,7 +49,8 @@ from ..cost.calibration import FEATURES, NEIGHBOURS, calibrated_timing
 from ..cost.comm import rank_volumes
 from ..cost.estimator import comm_model_for
 from ..cost.kernel import KernelTiming, RankOp, time_bracketed
-from ..cost.profiles import Profile, available_memory_gb, get_profile, host_record, load1, reference_ms
+from ..cost.profiles import (DEFAULT_PROFILE, Profile, available_memory_gb, get_profile, host_record, load1,
+                             reference_ms)
 from ..cost.specs import ShardSpec, rank_specs
 from ..domain import Plan, PlanCost, RankCost
 from ..errors import InputError
@@ -136,7 +137,7 @@ def _plans_take_turns_by_visit(plans: list[Plan], visits: int) -> bool:
     return len(plans) > 1 and sum(need) <= MEMORY_SHARE * have
 
 
-def measure_plans(plans: list[Plan], profile_name: str = "cpu-2c", rounds: int = 1,
+def measure_plans(plans: list[Plan], profile_name: str = DEFAULT_PROFILE, rounds: int = 1,
                   visits: int = 1, visit_warmup: int = VISIT_WARMUP) -> list[PlanCost]:
     """Measured cost of each plan (compute timed, comm from the comm model), interleaved.
 
@@ -204,11 +205,11 @@ def measure_plans(plans: list[Plan], profile_name: str = "cpu-2c", rounds: int =
     return out
 
 
-def measure_plan(plan: Plan, profile_name: str = "cpu-2c", rounds: int = 1, visits: int = 1) -> PlanCost:
+def measure_plan(plan: Plan, profile_name: str = DEFAULT_PROFILE, rounds: int = 1, visits: int = 1) -> PlanCost:
     return measure_plans([plan], profile_name, rounds, visits)[0]
 
 
-def measure_plan_calibrated(plan: Plan, profile_name: str = "cpu-2c", rounds: int = 1) -> PlanCost:
+def measure_plan_calibrated(plan: Plan, profile_name: str = DEFAULT_PROFILE, rounds: int = 1) -> PlanCost:
     """Measured cost with every rank's compute neighbour-calibrated (:mod:`shardplan.cost.calibration`):
     timed beside labelled stored ranks like it and expressed on the host its labels were taken on,
     the geometric mean of ``rounds`` rounds over the plan's ranks. For accuracy checks on a busy host,
