@@ -28,7 +28,23 @@ def command_line() -> str:
 def _estimator(args: argparse.Namespace):
     from .cost.estimator import load_estimator
 
-    return load_estimator(args.profile, getattr(args, "model", None), getattr(args, "host_reference_ms", None))
+    reference = getattr(args, "host_reference_ms", None)
+    if reference == "auto":  # this machine's own state, timed now on its GPU
+        from .cost.host_state import time_host_reference
+        from .cost.profiles import get_profile
+
+        reference = time_host_reference(get_profile(args.profile))[0]
+    return load_estimator(args.profile, getattr(args, "model", None), reference)
+
+
+def _reference_ms(text: str) -> float | str:
+    """``--host-reference-ms``: a number of ms (``load_estimator`` checks it is positive), or ``auto``."""
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of ms or auto, got {text!r}") from None
 
 
 def _int_list(flag: str, text: str) -> tuple[int, ...]:
@@ -389,26 +405,17 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
 def _host_reference_note(profile_name: str | None) -> str:
     """``profiles --host-reference``: the reference workload timed on this machine's device, to price a GPU
     profile at this host's state (``--host-reference-ms``): its short ops wait on launches the host issues."""
-    import statistics
-
     import torch
 
-    from .cost.kernel import time_reference
+    from .cost.host_state import time_host_reference
     from .cost.profiles import get_profile
 
     if profile_name is None:
         raise InputError("--profile", "--host-reference needs the GPU profile to price", "add --profile h100 (or h200)")
-    profile = get_profile(profile_name)
-    if profile.device != "cuda":
-        raise InputError("--profile", f"{profile.name!r} is a CPU profile, whose measurements are divided by the "
-                         "reference instead", "give a GPU profile (h100, h200) with --host-reference")
-    if not torch.cuda.is_available():
-        raise InputError("--host-reference", f"profile {profile.name!r} runs on CUDA and this machine has no CUDA "
-                         "device", "run it on the machine that will train, then pass --host-reference-ms there")
-    readings = [time_reference(profile.device) for _ in range(21)]
-    ms = statistics.median(readings)
-    return (f"host reference ({profile.name}, {torch.cuda.get_device_name(0)}): {ms:.4f} ms, median of 21 "
-            f"({min(readings):.4f}-{max(readings):.4f}); price with --host-reference-ms {ms:.4f}")
+    ms, readings = time_host_reference(get_profile(profile_name))
+    return (f"host reference ({profile_name}, {torch.cuda.get_device_name(0)}): {ms:.4f} ms, median of "
+            f"{len(readings)} ({min(readings):.4f}-{max(readings):.4f}); price with --host-reference-ms {ms:.4f} "
+            "(or auto)")
 
 
 def _probe_note(profile: Profile | None) -> str:
@@ -581,10 +588,11 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("--profile", default=DEFAULT_PROFILE, help=f"hardware profile (default {DEFAULT_PROFILE})")
         if model:
             sp.add_argument("--model", help="compute-model file (default: the profile's committed one)")
-            sp.add_argument("--host-reference-ms", type=float, default=None,
+            sp.add_argument("--host-reference-ms", type=_reference_ms, default=None, metavar="MS|auto",
                             help="GPU profiles: price at the host state of a machine whose reference workload "
-                                 "runs in this many ms (`shardplan profiles --host-reference` times it there; "
-                                 "default: the state of the profile's collection)")
+                                 "runs in this many ms (`shardplan profiles --host-reference` times it there), or "
+                                 "auto: time it on this machine's GPU now (default: the state of the profile's "
+                                 "collection)")
         return sp
 
     run = with_profile(sub.add_parser("run", help="plan a task with the default searcher; show predicted "

@@ -148,3 +148,22 @@ def test_python_api_prices_at_the_host_reference_as_the_cli_does():
     assert at.cost.extra["compute_model"] == slow.cost.extra["compute_model"]
     with pytest.raises(InputError, match="host_reference_ms"):
         shardplan.plan(task, searcher="greedy-size", profile="cpu-2c", host_reference_ms=0.8)
+
+
+def test_host_reference_auto_is_timed_on_this_machines_gpu_or_refused(tmp_path, capsys):
+    # auto times the reference on the GPU of the machine that plans; here (no CUDA) that is a named refusal
+    import torch
+
+    from shardplan.cli import main
+
+    out = tmp_path / "p.json"
+    task = "data/tasks/gpu-bench/gpu-bench-00.json"
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA machine would time it")
+    assert main(["plan", task, "--profile", "h100", "--host-reference-ms", "auto", "-o", str(out)]) == 2
+    assert "no CUDA device" in capsys.readouterr().err and not out.exists()
+    assert main(["plan", task, "--profile", "cpu-2c", "--host-reference-ms", "auto", "-o", str(out)]) == 2
+    assert "CPU profile" in capsys.readouterr().err and not out.exists()
+    with pytest.raises(SystemExit) as e:
+        main(["plan", task, "--profile", "h100", "--host-reference-ms", "fast", "-o", str(out)])
+    assert e.value.code == 2 and "number of ms or auto" in capsys.readouterr().err
