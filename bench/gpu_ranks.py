@@ -21,7 +21,10 @@ events; predictions are by the named committed model.
    on the loop's ranks (compute + modelled comm), at each plan's reference;
 5. with both: each rank's compute against its median over every measurement of it on the machine (the
    collector's and each loop round's, as the CPU bars take a rank's median over runs), priced as trained
-   and at the machine's median reference: issue 2's bar.
+   and at the machine's median reference: issue 2's bar;
+6. ``--parts``: ranks with data-parallel replicas timed whole and each batch's op alone in the same
+   repetitions (``job.sh rank-parts``, ``shardplan collect decompositions --by-batch``): which op the model
+   misprices, the replicas' (local batch) or the sharded tables' (global batch), per task.
 
 ``--model`` scores a candidate model file instead of the committed one.
 
@@ -46,6 +49,7 @@ from scipy.stats import spearmanr
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.host_state import at_reference, reference_ms
+from shardplan.cost.model import batch_parts
 from shardplan.cost.profiles import get_profile
 from shardplan.cost.specs import specs_from_json
 from shardplan.errors import InputError, exit_status
@@ -82,7 +86,7 @@ def _machine(df: pd.DataFrame) -> str:
 
 def ranks_report(profile_name: str, name: str, retimed: Path | None, ranks: Path | None,
                  suites: list[Path], sets: list[Path] = (), model_path: Path | None = None,
-                 out: Path = Path("bench/results")) -> str:
+                 out: Path = Path("bench/results"), parts: Path | None = None) -> str:
     profile = get_profile(profile_name)
     if profile.device != "cuda":
         raise InputError("--profile", f"{profile_name!r} is a CPU profile", "name a GPU profile (h100, h200)")
@@ -96,7 +100,8 @@ def ranks_report(profile_name: str, name: str, retimed: Path | None, ranks: Path
              + (f" --model {model_path}" if model_path else "")
              + (f" --retimed {retimed}" if retimed else "") + (" --sets " + " ".join(map(str, sets)) if sets else "")
              + (f" --ranks {ranks}" if ranks else "")
-             + (" --suites " + " ".join(map(str, suites)) if suites else "") + "`", "",
+             + (" --suites " + " ".join(map(str, suites)) if suites else "")
+             + (f" --parts {parts}" if parts else "") + "`", "",
              f"Model: `{model_file}` (saved {model.metadata.get('saved')}), "
              f"labels at its collection's median reference of {summary['median_reference_ms']:.3f} ms. "
              "*As trained*: its prediction. *At each set's reference*: moved by the gains its training read "
@@ -179,6 +184,8 @@ def ranks_report(profile_name: str, name: str, retimed: Path | None, ranks: Path
                 lines.append(f"| `{searcher}` | {len(g)} | {spread(g.meas_collector / g.loop_compute)} |")
     if collector is not None and loops:
         lines += _median_over_runs(model, collector, loops)
+    if parts is not None:
+        lines += _parts_section(model, parts)
     text = "\n".join(lines) + "\n"
     write_text_atomic(out / f"{name}.md", text)
     return text
@@ -207,6 +214,42 @@ def _median_over_runs(model, collector: pd.DataFrame, loops: list[pd.DataFrame])
     return lines
 
 
+def _parts_section(model, path: Path) -> list[str]:
+    """Section 6: each rank's ops timed alone (the local batch's, the global batch's), priced one by one."""
+    df = pd.read_parquet(path)
+    df = df[df["parts"] == "batches"].reset_index(drop=True) if "parts" in df else df.iloc[:0]
+    if df.empty:
+        raise InputError("--parts", f"no rank timed op by op in {path}",
+                         "give the file of `shardplan collect decompositions --by-batch` (job.sh rank-parts)")
+    parts, owner = batch_parts([specs_from_json(s) for s in df["shards"]])  # each rank's ops, smallest batch first
+    fwd, bwd = model.predict(parts)
+    refs = np.array([np.median(r) for r in df["ref_ms"]])
+    at_f, at_b = at_reference(model.metadata["host_state"], fwd, bwd, refs[owner])
+    meas = np.concatenate([np.add(f, b) for f, b in zip(df["alone_fwd_ms"], df["alone_bwd_ms"])])
+    first = np.r_[True, owner[1:] != owner[:-1]]  # the local batch's op (the replicas) opens each rank
+    table = pd.DataFrame({"task": df["task"].to_numpy()[owner], "replicas": first, "meas": meas,
+                          "plain": fwd + bwd, "at_ref": at_f + at_b})
+    whole = (df["whole_fwd_ms"] + df["whole_bwd_ms"]).to_numpy()
+    alone = np.bincount(owner, weights=meas)
+    lines = ["", "## 6. Each rank's ops timed apart", "",
+             f"`{path}`: {len(df)} ranks with data-parallel replicas ({_machine(df)}), each timed whole and each "
+             f"batch's op alone in {int(df['reps'].iloc[0])} repetitions (medians; reference {spread(refs)} ms). "
+             f"Whole over the sum of its ops: {spread(whole / alone)} (1 by construction: the ops run one after "
+             "the other). Each op priced on its own:", "", *PRICE_HEADER]
+    for label, rows in (("replicas (local batch)", table.replicas), ("sharded (global batch)", ~table.replicas)):
+        g = table[rows]
+        lines += [_price_row(label, "as trained", g.plain.to_numpy(), g.meas.to_numpy()),
+                  _price_row(label, "at each rank's reference", g.at_ref.to_numpy(), g.meas.to_numpy())]
+    lines += ["", "By task, median predicted (as trained) over measured, and the measured ms:", "",
+              "| task | ranks | replicas: predicted / measured | measured ms | sharded: predicted / measured | "
+              "measured ms |", "| --- | --- | --- | --- | --- | --- |"]
+    for task, g in table.groupby("task"):
+        rep, sh = g[g.replicas], g[~g.replicas]
+        lines.append(f"| {task} | {len(rep)} | {np.median(rep.plain / rep.meas):.3f} | {np.median(rep.meas):.3f} | "
+                     f"{np.median(sh.plain / sh.meas):.3f} | {np.median(sh.meas):.3f} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", default="h100")
@@ -218,9 +261,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--ranks", type=Path, help="plan ranks timed by the collector (shardplan collect ranks --plans)")
     ap.add_argument("--suites", nargs="*", type=Path, default=[], metavar="CSV",
                     help="bench/gpu_suite.py run CSVs of the same plans on the same machine")
+    ap.add_argument("--parts", type=Path, help="ranks timed op by op (shardplan collect decompositions --by-batch)")
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     args = ap.parse_args(argv)
-    for name in ("retimed", "ranks", "model"):
+    for name in ("retimed", "ranks", "model", "parts"):
         path = getattr(args, name)
         if path is not None and not path.is_file():
             raise InputError(f"--{name}", f"no file at {path}", "give an existing file")
@@ -228,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
         if not path.is_file():
             raise InputError("--sets/--suites", f"no file at {path}", "give existing files")
     print(ranks_report(args.profile, args.name, args.retimed, args.ranks, args.suites, args.sets, args.model,
-                       args.out))
+                       args.out, args.parts))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -109,3 +110,35 @@ def test_gpu_ranks_refuses_a_cpu_profile_or_a_missing_file(tmp_path, load_script
     with pytest.raises(InputError, match="no file"):
         ranks.main(["--profile", "h100", "--name", "t", "--ranks", str(tmp_path / "none.parquet")])
     assert not (tmp_path / "t.md").exists()
+
+
+def test_gpu_ranks_prices_each_op_of_a_rank_timed_apart(tmp_path, load_script) -> None:
+    # a parts file made up from TorchRec's third-H100 ranks: each op "measured" at a known multiple of the
+    # committed model's price (the replicas' op at half, the sharded op at its price), which section 6 must
+    # recover op by op and task by task; a file without such rows is refused
+    from shardplan.cost.estimator import load_estimator
+    from shardplan.cost.model import batch_parts
+    from shardplan.cost.specs import specs_from_json
+    from shardplan.errors import InputError
+
+    ranks = load_script("bench/gpu_ranks.py")
+    rk = pd.read_parquet("data/profiles/h100/plan-ranks-third-h100.parquet")
+    rk = rk[rk.task.isin(["gpu-bench-04", "gpu-bench-11"])].reset_index(drop=True)
+    parts, owner = batch_parts([specs_from_json(s) for s in rk.shards])
+    fwd, bwd = load_estimator("h100").compute.predict(parts)
+    scale = np.where(np.r_[True, owner[1:] != owner[:-1]], 0.5, 1.0)
+    alone_f = [list(fwd[owner == i] * scale[owner == i]) for i in range(len(rk))]
+    alone_b = [list(bwd[owner == i] * scale[owner == i]) for i in range(len(rk))]
+    made = rk.assign(parts="batches", reps=3, ref_ms=[[0.55, 0.56, 0.57]] * len(rk), alone_fwd_ms=alone_f,
+                     alone_bwd_ms=alone_b, whole_fwd_ms=[sum(x) for x in alone_f],
+                     whole_bwd_ms=[sum(x) for x in alone_b])
+    path = tmp_path / "parts.parquet"
+    made.to_parquet(path)
+    ranks.main(["--profile", "h100", "--name", "p", "--out", str(tmp_path), "--parts", str(path)])
+    md = (tmp_path / "p.md").read_text()
+    assert "## 6." in md and "| replicas (local batch) | as trained | 16 | 2.000 |" in md
+    assert "| sharded (global batch) | as trained | 16 | 1.000 |" in md
+    assert "| gpu-bench-11 | 8 | 2.000 |" in md
+    made.drop(columns="parts").to_parquet(path)
+    with pytest.raises(InputError, match="--parts"):
+        ranks.main(["--profile", "h100", "--name", "q", "--out", str(tmp_path), "--parts", str(path)])
