@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from .cost.draws import REPLICA_MAX_ROWS, REPLICA_WORLDS, ROW_SHARE, ROW_SPLITS
+from .cost.draws import REPLICA_MAX_ROWS, REPLICA_WORLDS, ROW_SHARE, ROW_SPLITS, SetShape
 from .cost.profiles import DEFAULT_PROFILE, Profile
 from .errors import InputError, exit_status
 
@@ -56,7 +56,7 @@ def _int_list(flag: str, text: str) -> tuple[int, ...]:
 
 
 def _cmd_collect_compute(args: argparse.Namespace) -> int:
-    from .cost.collect import SetShape, collect_compute
+    from .cost.collect import collect_compute
     from .cost.profiles import check_collect_target, get_profile
     from .pools import load_pool
 

@@ -72,7 +72,8 @@ for stage in "$@"; do
       # file, by default the ranks the collect-ranks stage just timed; training never reads these rows)
       python3 -m shardplan.cli collect decompositions --by-batch --profile "${PROFILE:-$(profile)}" \
           --src "${BATCH_PARTS_SRC:-$STATE/compute-ranks.parquet}" --sets "${BATCH_PARTS_SETS:-240}" \
-          --reps "${BATCH_PARTS_REPS:-5}" --max-seconds "${BATCH_PARTS_SECONDS:-300}" --out "$STATE/compute-batch-parts.parquet"
+          --reps "${BATCH_PARTS_REPS:-5}" --max-seconds "${BATCH_PARTS_SECONDS:-300}" \
+          --out "$STATE/compute-batch-parts.parquet"
       cp "$STATE/compute-batch-parts.parquet" "$OUT/" ;;
     train)
       # the GPU profile's model, trained here on the samples just collected (the searchers of the `plan`

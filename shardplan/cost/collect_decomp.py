@@ -70,7 +70,7 @@ def time_decomposition(specs: list[ShardSpec], optimizer: str, dtype: str, profi
     """``specs`` whole and each shard alone (with ``by_batch``, each batch's op alone), timed in turns
     for ``reps`` repetitions: every repetition's medians (fwd, bwd) of each op, the per-repetition ratio
     whole / sum alone and its median per head, the reference at each repetition's start, the load and
-    the date. ``parts`` names the parts by their batch sizes (``alone_*`` follow that order)."""
+    the date. ``part_batches`` gives each part's batch size (``alone_*`` follow that order)."""
     parts = batch_parts([specs])[0] if by_batch else [[s] for s in specs]
     ops = [RankOp(specs, optimizer, dtype, profile.device, id_seed)]
     ops += [RankOp(part, optimizer, dtype, profile.device, id_seed) for part in parts]
