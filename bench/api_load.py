@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from shardplan.argtypes import at_least
 from shardplan.api.launch import running_service
 from shardplan.cost.profiles import get_profile, load1, machine_stamp
 from shardplan.errors import exit_status
@@ -49,10 +50,10 @@ async def fire(url: str, bodies: list[dict], searcher: str) -> list[tuple[int, f
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--requests", type=int, default=50)
+    ap.add_argument("--requests", type=at_least(1), default=50)
     ap.add_argument("--searcher", default="neuroshard")
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=at_least(1), default=2)
+    ap.add_argument("--seed", type=at_least(0), default=0)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = ap.parse_args()
 

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from shardplan.argtypes import at_least
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1
 from shardplan.errors import InputError, exit_status
@@ -42,7 +43,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", default="data/tasks/unseen-a")
     ap.add_argument("--profile", default="cpu-2c")
-    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--rounds", type=at_least(1), default=1)
     ap.add_argument("--name", help="output file stem (default calibrated-ratio-PROFILE-SUITE)")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args()

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from shardplan.argtypes import at_least
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.kernel import RankOp
 from shardplan.cost.profiles import get_profile, load1
@@ -36,7 +37,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--plans", type=Path, required=True, help="folder of plan files (searched recursively)")
     ap.add_argument("--profile", default="cpu-2c")
-    ap.add_argument("--visits", type=int, default=4)
+    ap.add_argument("--visits", type=at_least(1), default=4)
     ap.add_argument("--name", required=True)
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     args = ap.parse_args()

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from shardplan.argtypes import at_least
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1
 from shardplan.errors import exit_status
@@ -72,8 +73,8 @@ def main() -> None:
     ap.add_argument("--suite", type=Path, default=Path("data/tasks/cpu-bench"))
     ap.add_argument("--profile", default="cpu-2c")
     ap.add_argument("--peers", default="torchrec", help="comma-separated searchers beside the default")
-    ap.add_argument("--iterations", type=int, default=3, help="training iterations after one warm-up")
-    ap.add_argument("--limit", type=int, help="only the first N tasks")
+    ap.add_argument("--iterations", type=at_least(1), default=3, help="training iterations after one warm-up")
+    ap.add_argument("--limit", type=at_least(1), help="only the first N tasks")
     ap.add_argument("--name", default=None)
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     args = ap.parse_args()

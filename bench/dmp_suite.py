@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from shardplan.argtypes import at_least
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1
 from shardplan.errors import InputError, exit_status
@@ -124,11 +125,11 @@ def main() -> None:
     ap.add_argument("--suite", type=Path, default=Path("data/tasks/cpu-bench"))
     ap.add_argument("--profile", default="cpu-2c")
     ap.add_argument("--peers", default="torchrec", help="comma-separated searchers to train against (default torchrec)")
-    ap.add_argument("--max-ranks", type=int, default=2, help="skip tasks with more ranks (one process per rank)")
-    ap.add_argument("--iterations", type=int, default=60)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--limit", type=int, help="only the first N eligible tasks")
+    ap.add_argument("--max-ranks", type=at_least(1), default=2, help="skip tasks with more ranks (one process per rank)")
+    ap.add_argument("--iterations", type=at_least(1), default=60)
+    ap.add_argument("--warmup", type=at_least(0), default=5)
+    ap.add_argument("--rounds", type=at_least(1), default=3)
+    ap.add_argument("--limit", type=at_least(1), help="only the first N eligible tasks")
     ap.add_argument("--name", default=None)
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     ap.add_argument("--pool", help="train nothing: pool the runs of these earlier calls (comma-separated "

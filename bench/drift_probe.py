@@ -25,6 +25,7 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
+from shardplan.argtypes import at_least
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.kernel import slowdown, time_specs_bracketed
 from shardplan.cost.profiles import get_profile, load1, reference_ms
@@ -41,7 +42,7 @@ def main() -> None:
     ap.add_argument("task", type=Path)
     ap.add_argument("--searcher", default="torchrec")
     ap.add_argument("--profile", default="cpu-2c")
-    ap.add_argument("--times", type=int, default=6)
+    ap.add_argument("--times", type=at_least(1), default=6)
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     args = ap.parse_args()
     profile = get_profile(args.profile)

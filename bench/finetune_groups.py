@@ -26,6 +26,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from shardplan.argtypes import at_least
 from shardplan.cost.model import NeuralCostModel, _parts_of, _pooled
 from shardplan.cost.profiles import get_profile
 from shardplan.cost.specs import ShardSpec
@@ -83,12 +84,12 @@ def finetune(model: NeuralCostModel, sets: list[list[ShardSpec]], fwd: np.ndarra
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--groups", type=Path, required=True, help="plan-group parquet (shardplan collect ranks --visits)")
-    ap.add_argument("--round", type=int, help="only this collection round of the file")
+    ap.add_argument("--round", type=at_least(0), help="only this collection round of the file")
     ap.add_argument("--profile", default="cpu-2c")
     ap.add_argument("--model", type=Path, help="model to start from (default: the profile's committed one)")
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--lr", type=float, default=3e-4)
-    ap.add_argument("--anchor-weight", type=float, default=1.0)
+    ap.add_argument("--steps", type=at_least(1), default=300)
+    ap.add_argument("--lr", type=at_least(0, float), default=3e-4)
+    ap.add_argument("--anchor-weight", type=at_least(0, float), default=1.0)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     profile = get_profile(args.profile)

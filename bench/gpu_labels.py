@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from shardplan.argtypes import at_least
 from shardplan.cost.baselines import RooflineCostModel
 from shardplan.cost.profiles import get_profile
 from shardplan.cost.train import load_sets
@@ -54,7 +55,7 @@ def label_report(profile: str, draw: int = 2000, seed: int = 0, out: Path = Path
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="h200")
-    ap.add_argument("--draw", type=int, default=2000)
+    ap.add_argument("--draw", type=at_least(1), default=2000)
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     args = ap.parse_args(argv)
     print(label_report(args.profile, args.draw, out=args.out))

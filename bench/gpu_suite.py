@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
+from shardplan.argtypes import at_least
 from shardplan.cost.estimator import PlanEstimator, load_estimator
 from shardplan.cost.kernel import time_reference
 from shardplan.cost.profiles import get_profile, machine_stamp
@@ -277,9 +278,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--suite", default="data/tasks/gpu-bench")
     ap.add_argument("--searchers", default=DEFAULT_SEARCHERS)
     ap.add_argument("--plans", default="build/gpu-plans", help="where `plan` writes and `run` reads the plans")
-    ap.add_argument("--iterations", type=int, default=20)
-    ap.add_argument("--max-seconds", type=float, default=None, help="`run`: start no plan after this long")
-    ap.add_argument("--jobs", type=int, default=1, help="`plan`: tasks planned at once, one process each")
+    ap.add_argument("--iterations", type=at_least(1), default=20)
+    ap.add_argument("--max-seconds", type=at_least(0, float), default=None, help="`run`: start no plan after this long")
+    ap.add_argument("--jobs", type=at_least(1), default=1, help="`plan`: tasks planned at once, one process each")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args(argv)
     out = Path(args.out)

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from shardplan.argtypes import at_least
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.kernel import RankOp, time_reference
 from shardplan.cost.profiles import get_profile, load1, reference_ms
@@ -90,9 +91,9 @@ def main() -> None:
     ap.add_argument("--suite", default="data/tasks/cpu-bench")
     ap.add_argument("--searchers", default=f"torchrec,{DEFAULT_SEARCHER}", help="the first is the peer of the ratios")
     ap.add_argument("--profile", default="cpu-2c")
-    ap.add_argument("--id-batches", type=int, default=4, help="draws the fresh protocol cycles through")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--limit", type=int, default=None, help="first N tasks only")
+    ap.add_argument("--id-batches", type=at_least(1), default=4, help="draws the fresh protocol cycles through")
+    ap.add_argument("--rounds", type=at_least(1), default=3)
+    ap.add_argument("--limit", type=at_least(1), default=None, help="first N tasks only")
     ap.add_argument("--name", required=True)
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     args = ap.parse_args()

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from shardplan.argtypes import at_least
 from shardplan.cost.calibration import (FEATURES, NEIGHBOURS, PASSES, POINT_NAMES, VISITS, calibrated_timing,
                                         labelled_pool)
 from shardplan.cost.profiles import get_profile, load1
@@ -57,20 +58,20 @@ def point_names(text: str) -> tuple[str, ...]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="cpu-2c")
-    ap.add_argument("--targets", type=int, default=24)
-    ap.add_argument("--k", type=int, default=NEIGHBOURS)
-    ap.add_argument("--visits", type=int, default=VISITS)
-    ap.add_argument("--passes", type=int, default=PASSES)
+    ap.add_argument("--targets", type=at_least(1), default=24)
+    ap.add_argument("--k", type=at_least(1), default=NEIGHBOURS)
+    ap.add_argument("--visits", type=at_least(1), default=VISITS)
+    ap.add_argument("--passes", type=at_least(1), default=PASSES)
     ap.add_argument("--features", type=point_names, action="append",
                     help=f"what neighbours are chosen by, comma-separated among {', '.join(POINT_NAMES)} "
                          f"(default {','.join(FEATURES)}); a count n means the first n (as in older results); "
                          "give it again to compare choices, each target calibrated by each in turn")
-    ap.add_argument("--min-gb", type=float, default=0.0,
+    ap.add_argument("--min-gb", type=at_least(0, float), default=0.0,
                     help="only stored ranks holding at least this many GB of weights (heavy ranks)")
-    ap.add_argument("--min-touched-mb", type=float, default=0.0,
+    ap.add_argument("--min-touched-mb", type=at_least(0, float), default=0.0,
                     help="only stored ranks whose ids touch at least this many MB of rows a batch "
                          "(cache-heavy ranks, whose slowdown the reference misses)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=at_least(0), default=0)
     ap.add_argument("--name", help="results file stem suffix")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args()

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from shardplan.argtypes import at_least
 from shardplan.cost.calibration import MEMORY_SHARE, weight_bytes  # the share calibration leaves its neighbours
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.kernel import RankOp, time_reference
@@ -99,12 +100,12 @@ def margins(specs: list[ShardSpec], measured: dict[str, np.ndarray], rank_beside
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("task", type=Path)
-    ap.add_argument("--rank", type=int, default=0)
+    ap.add_argument("--rank", type=at_least(0), default=0)
     ap.add_argument("--pair", default="", help="two tables of the rank, comma-separated, timed alone and together")
     ap.add_argument("--scales", default="0.1,0.25,0.5,1,2", help="row scalings of the pair")
     ap.add_argument("--profile", default="cpu-2c")
     ap.add_argument("--searcher", default=DEFAULT_SEARCHER, help="whose plan's rank to take apart")
-    ap.add_argument("--repeats", type=int, default=7, help="repetitions (all ops take turns)")
+    ap.add_argument("--repeats", type=at_least(1), default=7, help="repetitions (all ops take turns)")
     ap.add_argument("--leave-one-out", action="store_true",
                     help="also time the rank without each of its shards: what each adds to the rank, measured and predicted")
     ap.add_argument("--name", required=True)

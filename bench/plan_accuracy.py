@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from shardplan.argtypes import at_least
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import get_profile, load1
 from shardplan.cost.specs import ShardSpec, canonical, rank_specs, specs_to_json
@@ -59,11 +60,11 @@ def main() -> None:
     ap.add_argument("--suite", default="data/tasks/unseen-a")
     ap.add_argument("--profile", default="cpu-2c")
     ap.add_argument("--searcher", default="torchrec")
-    ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--visits", type=int, default=1, help="visits per rank and round (measure_plans)")
+    ap.add_argument("--rounds", type=at_least(1), default=1)
+    ap.add_argument("--visits", type=at_least(1), default=1, help="visits per rank and round (measure_plans)")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--name", help="results file stem (default plan-accuracy-PROFILE-SUITE)")
-    ap.add_argument("--wait-fit", type=float, default=0.0, metavar="MINUTES",
+    ap.add_argument("--wait-fit", type=at_least(0, float), default=0.0, metavar="MINUTES",
                     help="before each task, wait up to this long for a machine that reproduces its cost labels")
     ap.add_argument("--calibrate", action="store_true",
                     help="also time every rank beside labelled stored ranks like it (neighbour calibration)")

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from shardplan.argtypes import at_least
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1
 from shardplan.domain import Plan
@@ -44,7 +45,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--a", type=Path, required=True, help="folder of plan files A (<task>.json)")
     ap.add_argument("--b", type=Path, required=True, help="folder of plan files B (<task>.json)")
-    ap.add_argument("--calls", type=int, default=3, help="measurement calls per task (A and B swap order)")
+    ap.add_argument("--calls", type=at_least(1), default=3, help="measurement calls per task (A and B swap order)")
     add_interleaved_arguments(ap)
     args = ap.parse_args()
     estimator = load_estimator(args.profile)

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from shardplan.argtypes import at_least
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1, machine_stamp
 from shardplan.errors import InputError, exit_status
@@ -67,7 +68,7 @@ def main() -> None:
     ap.add_argument("--suite", default="data/tasks/unseen-a")
     ap.add_argument("--profile", default="cpu-2c")
     ap.add_argument("--searcher", default="torchrec")
-    ap.add_argument("--rounds", type=int, default=2, help="times each protocol measures each plan")
+    ap.add_argument("--rounds", type=at_least(1), default=2, help="times each protocol measures each plan")
     ap.add_argument("--name", required=True)
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     args = ap.parse_args()

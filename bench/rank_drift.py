@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from shardplan.argtypes import at_least
 from shardplan.cost.calibration import labelled_pool, nearest, neighbour_factor
 from shardplan.cost.collect import quiet_reference_ms
 from shardplan.cost.estimator import load_estimator
@@ -134,9 +135,9 @@ def main() -> None:
     ap.add_argument("--searcher", default="torchrec")
     ap.add_argument("--ranks", required=True, help="comma-separated ranks of the plan to time in turns")
     ap.add_argument("--profile", default="cpu-2c")
-    ap.add_argument("--reps", type=int, default=8, help="turns; each times every rank once per id seed")
-    ap.add_argument("--pause", type=float, default=5.0, help="seconds between turns")
-    ap.add_argument("--neighbours", type=int, default=0, metavar="K",
+    ap.add_argument("--reps", type=at_least(1), default=8, help="turns; each times every rank once per id seed")
+    ap.add_argument("--pause", type=at_least(0, float), default=5.0, help="seconds between turns")
+    ap.add_argument("--neighbours", type=at_least(0), default=0, metavar="K",
                     help="also time each rank's K calibration neighbours every turn (0: none)")
     ap.add_argument("--name", help="results file stem (default the task's name and the ranks)")
     ap.add_argument("--out", default="bench/results")

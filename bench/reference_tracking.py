@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from shardplan.argtypes import at_least
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.kernel import RankOp, slowdown, time_bracketed
 from shardplan.cost.profiles import get_profile, load1, reference_ms
@@ -100,8 +101,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--suite", default="data/tasks/cpu-bench")
     ap.add_argument("--tasks", default="cpu-bench-15,cpu-bench-03", help="comma-separated task names")
-    ap.add_argument("--sweeps", type=int, default=24)
-    ap.add_argument("--repeats", type=int, default=3, help="timed iterations per visit")
+    ap.add_argument("--sweeps", type=at_least(1), default=24)
+    ap.add_argument("--repeats", type=at_least(1), default=3, help="timed iterations per visit")
     ap.add_argument("--profile", default="cpu-2c")
     ap.add_argument("--name", default="reference-tracking-cpu-2c")
     args = ap.parse_args()

@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
+from shardplan.argtypes import at_least
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1
 from shardplan.errors import InputError, exit_status
@@ -41,7 +42,7 @@ REFINED = "refined"
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--iterations", type=int, default=3, help="refinement timings per plan")
+    ap.add_argument("--iterations", type=at_least(1), default=3, help="refinement timings per plan")
     ap.add_argument("--no-alternatives", dest="alternatives", action="store_false",
                     help="refine the default's pick alone, without timing the beam's runners-up beside it")
     add_interleaved_arguments(ap)

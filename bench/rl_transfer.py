@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from shardplan.argtypes import at_least
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import get_profile, machine_stamp
 from shardplan.errors import InputError, exit_status
@@ -35,7 +36,7 @@ from shardplan.taskgen import generate_task
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="cpu-2c")
-    ap.add_argument("--tasks", type=int, default=12, help="per group")
+    ap.add_argument("--tasks", type=at_least(1), default=12, help="per group")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args()
     est = load_estimator(args.profile)

@@ -37,6 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from shardplan.argtypes import at_least
 from shardplan.cost.estimator import PlanEstimator, load_estimator
 from shardplan.cost.profiles import load1
 from shardplan.errors import InputError, exit_status
@@ -88,8 +89,8 @@ def main() -> None:
     ap.add_argument("--suite", type=Path, default=Path("data/tasks/cpu-bench"))
     ap.add_argument("--profile", default="cpu-2c")
     ap.add_argument("--model", help="the compute model the bench planned with (default: the profile's)")
-    ap.add_argument("--subsets", type=int, default=50, help="at most this many round subsets per k")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--subsets", type=at_least(1), default=50, help="at most this many round subsets per k")
+    ap.add_argument("--seed", type=at_least(0), default=0)
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     args = ap.parse_args()
     load_before = load1()

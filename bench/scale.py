@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from shardplan.argtypes import at_least
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import get_profile, machine_stamp
 from shardplan.domain import Table, Task, Topology
@@ -44,11 +45,11 @@ def scale_task(profile_name: str, world: int, hosts: int, seed: int = 0) -> Task
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="cpu-2c")
-    ap.add_argument("--ranks", type=int, default=128)
-    ap.add_argument("--hosts", type=int, default=16)
+    ap.add_argument("--ranks", type=at_least(1), default=128)
+    ap.add_argument("--hosts", type=at_least(1), default=16)
     ap.add_argument("--searchers", default=f"{DEFAULT_SEARCHER},neuroshard-tw,greedy-lookup,torchrec")
     ap.add_argument("--out", default="bench/results")
-    ap.add_argument("--limit-s", type=int, default=300, help="stop a searcher after this many seconds")
+    ap.add_argument("--limit-s", type=at_least(1), default=300, help="stop a searcher after this many seconds")
     args = ap.parse_args()
     task = scale_task(args.profile, args.ranks, args.hosts)
     est = load_estimator(args.profile)

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from shardplan.argtypes import at_least
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.kernel import RankOp, time_reference
 from shardplan.cost.profiles import get_profile, load1, reference_ms
@@ -62,7 +63,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="cpu-2c")
     ap.add_argument("--suite", default="data/tasks/cpu-bench")
-    ap.add_argument("--repeats", type=int, default=7, help="repetitions (whole and shards take turns)")
+    ap.add_argument("--repeats", type=at_least(1), default=7, help="repetitions (whole and shards take turns)")
     ap.add_argument("--name", required=True)
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     args = ap.parse_args()

@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from shardplan.argtypes import at_least
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import get_profile, load1
 from shardplan.errors import exit_status
@@ -47,12 +48,12 @@ from provenance import provenance  # a sibling: bench/ is on sys.path when run
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", type=Path, default=Path("data/tasks/cpu-bench"))
-    ap.add_argument("--limit", type=int, default=8, help="first N tasks of the suite (sorted by name)")
+    ap.add_argument("--limit", type=at_least(1), default=8, help="first N tasks of the suite (sorted by name)")
     ap.add_argument("--searchers", default="torchrec,neuroshard")
     ap.add_argument("--profile", default="cpu-2c")
-    ap.add_argument("--visits", type=int, default=4, help="visits per rank and round of protocol B")
-    ap.add_argument("--rounds", type=int, default=2, help="rounds of each measurement (both protocols)")
-    ap.add_argument("--repeats", type=int, default=2, help="measurements of each plan per protocol")
+    ap.add_argument("--visits", type=at_least(1), default=4, help="visits per rank and round of protocol B")
+    ap.add_argument("--rounds", type=at_least(1), default=2, help="rounds of each measurement (both protocols)")
+    ap.add_argument("--repeats", type=at_least(1), default=2, help="measurements of each plan per protocol")
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     args = ap.parse_args()
     estimator = load_estimator(args.profile)

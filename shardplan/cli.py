@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from .cost.draws import REPLICA_MAX_ROWS, REPLICA_WORLDS, ROW_SHARE, ROW_SPLITS, SetShape
+from .argtypes import at_least
 from .cost.profiles import DEFAULT_PROFILE, Profile
 from .errors import InputError, exit_status
 
@@ -528,23 +529,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
     write_text_atomic(args.out, render(plans))
     print(f"wrote {args.out} ({len(plans)} plan(s))")
     return 0
-
-
-def at_least(lo: float, kind: type = int, hi: float | None = None):
-    """An argparse ``type``: a number of ``kind`` within ``lo``..``hi``. A value outside is refused by
-    argparse itself, which names the flag and exits 2 before anything runs or is written."""
-    def parse(text: str):
-        try:
-            v = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'}, "
-                                             f"got {text!r}") from None
-        if not lo <= v <= (hi if hi is not None else v):
-            bound = f"within {lo}..{hi}" if hi is not None else f"at least {lo}"
-            raise argparse.ArgumentTypeError(f"must be {bound}, got {text}")
-        return v
-
-    return parse
 
 
 def add_visits(parser: argparse.ArgumentParser) -> None:

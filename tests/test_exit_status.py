@@ -45,3 +45,21 @@ def test_every_bench_script_ends_through_exit_status() -> None:
     assert len(scripts) > 30
     missing = [p.name for p in scripts if "sys.exit(exit_status(main))" not in p.read_text()]
     assert missing == []
+
+
+def test_numeric_flags_are_range_checked_at_the_door() -> None:
+    # a count or seed taken as a bare int ran with 0 or -1 (train-policy --updates 0 saved an untrained policy
+    # over the committed one); every numeric flag goes through shardplan.argtypes.at_least instead, but those
+    # whose value a library call checks itself (listed)
+    import re
+
+    checked_elsewhere = {"--host-reference-ms", "--epochs", "--iterations", "--warmup", "--rounds", "--visits",
+                         "--min-shards", "--max-shards", "--min-table-rows", "--min-pooling", "--min-cols",
+                         "--row-share", "--replica-share", "--replica-max-rows", "--workers", "--max-tables",
+                         "--max-world-size", "--max-body-bytes", "--max-budget-s"}
+    bare = []
+    for path in [ROOT / "shardplan" / "cli.py", *sorted((ROOT / "bench").glob("*.py"))]:
+        for flag in re.findall(r'add_argument\("(--[a-z-]+)", type=(?:int|float)\b', path.read_text()):
+            if flag not in checked_elsewhere:
+                bare.append(f"{path.name} {flag}")
+    assert bare == []
