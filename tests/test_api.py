@@ -113,6 +113,14 @@ def test_bad_requests_get_4xx_naming_the_field(server: str, task_dict: dict, pla
     overlap = copy.deepcopy(plan_dict)
     overlap["tables"][0]["shards"][0]["num_rows"] = 10  # rows 10.. of table a are not covered
     assert _error(httpx.post(server + "/v1/evaluations", json=overlap), 422)["loc"][:2] == ["body", "tables"]
+    # NaN and Infinity are no JSON, but Python's parser reads them: the 422 echoes them as text (it was a 500)
+    for value in (float("nan"), float("inf")):
+        odd = copy.deepcopy(task_dict)
+        odd["tables"][0]["pooling_factor"] = value
+        body = json.dumps(odd)  # writes NaN / Infinity
+        item = _error(httpx.post(server + "/v1/plans", content=body, headers={"content-type": "application/json"}),
+                      422)
+        assert item["loc"] == ["body", "tables", 0, "pooling_factor"] and item["input"] == str(value)
 
 
 def test_time_budget_stops_a_long_search(server: str) -> None:

@@ -12,6 +12,7 @@ Every error the service raises itself is a 4xx with the body
 FastAPI's own request-validation errors, naming the field and the fix.
 """
 import asyncio
+import math
 import re
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -19,6 +20,8 @@ from enum import Enum
 from typing import Annotated, Any, AsyncIterator, Callable, Sequence
 
 from fastapi import FastAPI, Query, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from .. import __version__
@@ -55,6 +58,17 @@ def _loc(field: str) -> list[str | int]:
 
 def _error(status: int, loc: list[str | int], msg: str, kind: str) -> JSONResponse:
     return JSONResponse(status_code=status, content={"detail": [{"loc": loc, "msg": msg, "type": kind}]})
+
+
+def _json_safe(obj: Any) -> Any:
+    """``obj`` with every NaN or infinite float as its text: JSON has no such numbers."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return str(obj)
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
 
 
 class BodyLimit:
@@ -138,6 +152,12 @@ def create_app(limits: Limits | None = None, profiles: Sequence[str] | None = No
                   description="Embedding-table sharding plans for DLRM training, priced by cost models "
                               "learned from real FBGEMM kernel measurements. Tasks and plans are the "
                               "`shardplan/task@1` and `shardplan/plan@1` formats of DESIGN.md.")
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI's own 422, except that a NaN or Infinity the client sent (Python's JSON parser reads them)
+        # is echoed as text: encoding it as a number failed, and the client got a 500
+        return JSONResponse(status_code=422, content={"detail": _json_safe(jsonable_encoder(exc.errors()))})
 
     @app.exception_handler(InputError)
     async def input_error(request: Request, exc: InputError) -> JSONResponse:
