@@ -13,6 +13,10 @@
 #
 # CANDIDATES (default: the banded candidates of session 40 and the committed model's nearest rivals):
 # folders under data/profiles/PROFILE/candidates/ to score on the same runs.
+#
+# MISSES: plan ranks "TASK_FILE:RANK,RANK" then timed again in turns beside their calibration neighbours
+# (bench/rank_drift.py --neighbours 6): on cpu-2c-xeon by default the committed model's four unseen-c misses
+# and unseen-a-07 rank 2, which every banded candidate misses (docs/cost-model.md, "The set context's bound").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profile=${1:?usage: unseen-check.sh PROFILE SUITE [RUNS]}
@@ -39,4 +43,13 @@ for c in ${CANDIDATES:-$default_candidates}; do
   [ -f "$model" ] || { echo "no candidate $model; skipped"; continue; }
   .venv/bin/python bench/plan_accuracy_runs.py --suite "$suite" --profile "$profile" --measured cal_ms \
     --runs "${files[@]}" --model "$model" --name "plan-accuracy-runs-$profile-$name-cal_ms-${runs}runs-$stamp-$c"
+done
+xeon_misses="data/tasks/unseen-c/unseen-c-04.json:1,2 data/tasks/unseen-c/unseen-c-05.json:3
+  data/tasks/unseen-c/unseen-c-06.json:0 data/tasks/unseen-a/unseen-a-07.json:2"
+[ "$profile" = cpu-2c-xeon ] && default_misses=$xeon_misses || default_misses=""
+for miss in ${MISSES-$default_misses}; do
+  task=${miss%%:*} ranks=${miss##*:}
+  MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 taskset -c 1 \
+    .venv/bin/python bench/rank_drift.py --task "$task" --ranks "$ranks" --profile "$profile" --neighbours 6 \
+      --name "rank-drift-$(basename "$task" .json)-r${ranks//,/-}-$stamp"
 done
