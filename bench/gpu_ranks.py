@@ -5,7 +5,7 @@ A GPU profile's model learnt its labels at the median host state of the one mach
 or the same one in another hour, runs short ops slower or quicker as its host launches them, which the
 reference workload timed beside every sample reads. This report prices measured sets with the profile's
 committed model two ways: as trained (the collection's median host state), and at the host state measured
-(:func:`shardplan.cost.host_state.at_reference`: the gains its training read, applied to the reference
+(:func:`shardplan.cost.host_state.by_op`: the gains its training read, applied op by op to the reference
 timed beside each set or each plan). All times are measured FBGEMM forward + backward (fused SGD) by CUDA
 events; predictions are by the named committed model.
 
@@ -48,10 +48,10 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from shardplan.cost.estimator import load_estimator
-from shardplan.cost.host_state import at_reference, reference_ms
+from shardplan.cost.host_state import at_reference, by_op, reference_ms
 from shardplan.cost.model import batch_parts
 from shardplan.cost.profiles import get_profile
-from shardplan.cost.specs import specs_from_json
+from shardplan.cost.specs import rank_specs, specs_from_json
 from shardplan.errors import InputError, exit_status
 from shardplan.formats import load_plan, write_text_atomic
 
@@ -71,11 +71,12 @@ def _price_row(label: str, priced: str, pred: np.ndarray, meas: np.ndarray) -> s
 
 
 def _priced(model, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Measured fwd+bwd, the model's as trained, at each set's reference, at the file's median reference."""
-    fwd, bwd = model.predict([specs_from_json(s) for s in df["shards"]])
-    refs, summary = reference_ms(df), model.metadata["host_state"]
-    return ((df["fwd_ms"] + df["bwd_ms"]).to_numpy(), fwd + bwd, sum(at_reference(summary, fwd, bwd, refs)),
-            sum(at_reference(summary, fwd, bwd, np.median(refs))))
+    """Measured fwd+bwd, the model's as trained, at each set's reference, at the file's median reference
+    (both op by op, :func:`shardplan.cost.host_state.by_op`)."""
+    sets = [specs_from_json(s) for s in df["shards"]]
+    refs = reference_ms(df)
+    return ((df["fwd_ms"] + df["bwd_ms"]).to_numpy(), sum(model.predict(sets)), sum(by_op(model, sets, refs)),
+            sum(by_op(model, sets, np.median(refs))))
 
 
 def _machine(df: pd.DataFrame) -> str:
@@ -104,7 +105,7 @@ def ranks_report(profile_name: str, name: str, retimed: Path | None, ranks: Path
              + (f" --parts {parts}" if parts else "") + "`", "",
              f"Model: `{model_file}` (saved {model.metadata.get('saved')}), "
              f"labels at its collection's median reference of {summary['median_reference_ms']:.3f} ms. "
-             "*As trained*: its prediction. *At each set's reference*: moved by the gains its training read "
+             "*As trained*: its prediction. *At each set's reference*: each op moved by the gains its training read "
              "(fwd/bwd ms per ms of reference excess, by band of op length "
              f"{summary['band_edges_ms']}: {summary['fwd_ms_per_reference_ms']} / "
              f"{summary['bwd_ms_per_reference_ms']}) to the reference timed beside that set (the geometric "
@@ -160,14 +161,14 @@ def ranks_report(profile_name: str, name: str, retimed: Path | None, ranks: Path
         rows = []
         for row, ref in zip(run.itertuples(), reference_ms(run)):
             plan = load_plan(path.parent / "plans" / f"{row.task}--{row.searcher}.json")
-            for rc, ms in zip(est.estimate(plan).per_rank, json.loads(row.rank_measured_ms)):
+            for rc, specs, ms in zip(est.estimate(plan).per_rank, rank_specs(plan), json.loads(row.rank_measured_ms)):
                 comm = rc.fwd_comm_ms + rc.bwd_comm_ms
                 rows.append({"task": row.task, "searcher": row.searcher, "rank": rc.rank, "meas": ms,
                              "loop_compute": ms - comm, "plain": rc.total_ms, "comm": comm,
-                             "fwd_pred": rc.fwd_compute_ms, "bwd_pred": rc.bwd_compute_ms, "ref": ref})
+                             "pred": rc.fwd_compute_ms + rc.bwd_compute_ms, "specs": specs, "ref": ref})
         lp = pd.DataFrame(rows)
         lp = lp[lp.loop_compute > 0].reset_index(drop=True)  # an empty rank has nothing to price
-        lp["at_ref"] = sum(at_reference(model.metadata["host_state"], lp.fwd_pred, lp.bwd_pred, lp.ref)) + lp.comm
+        lp["at_ref"] = sum(by_op(model, list(lp.specs), lp.ref.to_numpy())) + lp.comm
         loops.append(lp)
         lines += ["", f"## 4. The emulated loop: `{path}`", "",
                   f"Reference beside the plans {spread(reference_ms(run))} ms. "
@@ -198,19 +199,17 @@ def _median_over_runs(model, collector: pd.DataFrame, loops: list[pd.DataFrame])
     runs += [lp[key].assign(meas=lp.loop_compute, ref=lp.ref) for lp in loops]
     every = pd.concat(runs, ignore_index=True)
     per_rank = every.groupby(key).agg(meas=("meas", "median"), n=("meas", "size")).reset_index()
-    pred = loops[-1][key + ["fwd_pred", "bwd_pred"]]
-    per_rank = per_rank.merge(pred, on=key)
+    per_rank = per_rank.merge(loops[-1][key + ["pred", "specs"]], on=key)
     ref = float(np.median(every.ref))
-    sf, sb = at_reference(model.metadata["host_state"], per_rank.fwd_pred.to_numpy(), per_rank.bwd_pred.to_numpy(),
-                          ref)
+    at_ref = sum(by_op(model, list(per_rank.specs), ref))
     lines = ["", "## 5. Each rank's compute against its median over the machine's measurements", "",
              f"The collector's timing and the {len(loops)} loop round(s) of each rank (the measurements "
              "each median takes beside the searcher); priced as trained and at the machine's median reference, "
              f"{ref:.3f} ms over all of them. Compute alone (no comm):", "", *PRICE_HEADER]
     for searcher, g in per_rank.groupby("searcher"):
         i, label = g.index.to_numpy(), f"`{searcher}` (median of {int(g.n.median())})"
-        lines += [_price_row(label, "as trained", (g.fwd_pred + g.bwd_pred).to_numpy(), g.meas.to_numpy()),
-                  _price_row(label, "at the machine's median reference", sf[i] + sb[i], g.meas.to_numpy())]
+        lines += [_price_row(label, "as trained", g.pred.to_numpy(), g.meas.to_numpy()),
+                  _price_row(label, "at the machine's median reference", at_ref[i], g.meas.to_numpy())]
     return lines
 
 

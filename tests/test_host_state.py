@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from shardplan.cost.host_state import BAND_EDGES_MS, AtHostState, HostStateAdjustment, at_reference
+from shardplan.cost.host_state import BAND_EDGES_MS, AtHostState, HostStateAdjustment, at_reference, by_op
+from shardplan.cost.model import batch_parts
 from shardplan.cost.specs import ShardSpec
 from shardplan.errors import InputError
 
@@ -51,7 +52,9 @@ def test_no_jitter_no_adjustment_and_thin_bands_left_alone():
 
 
 class _Model:
-    """A compute model whose predictions are given, with the host-state gains a GPU model's training saves."""
+    """A compute model with the host-state gains a GPU model's training saves, whose op of batch size ``b``
+    (1, 2, ...) costs ``fwd[b - 1]``, ``bwd[b - 1]``; a set of several ops costs their sum, as the neural
+    model prices a rank holding data-parallel replicas."""
 
     profile = "h100"
 
@@ -61,26 +64,47 @@ class _Model:
                                         "fwd_ms_per_reference_ms": [0.4, 0.2, 0.05, 0.0],
                                         "bwd_ms_per_reference_ms": [0.5, 0.3, 0.02, 0.0]}} if host_state else {}
 
+    def ops(self, sets):
+        return batch_parts(sets)
+
     def predict(self, sets):
-        return self.fwd[:len(sets)], self.bwd[:len(sets)]
+        batches = [sorted({x.batch_size for x in s}) for s in sets]
+        return (np.array([sum(self.fwd[b - 1] for b in bs) for bs in batches]),
+                np.array([sum(self.bwd[b - 1] for b in bs) for bs in batches]))
+
+
+def _op(batch: int) -> list[ShardSpec]:
+    return [ShardSpec(f"t{batch}", 100, 0, 100, 8, 1.0, 1.0, batch)]
 
 
 def test_priced_at_another_host_state_by_the_gains_of_each_ops_band():
-    model = _Model([0.3, 0.8, 1.5, 3.0, 0.0], [0.4, 0.9, 1.8, 4.0, 0.0])
-    sets = [[]] * 5
+    model = _Model([0.3, 0.8, 1.5, 3.0], [0.4, 0.9, 1.8, 4.0])
+    sets = [_op(1), _op(2), _op(3), _op(4), []]
     same_f, same_b = AtHostState(model, 0.6).predict(sets)  # at the collection's median: as trained
-    assert np.allclose(same_f, model.fwd) and np.allclose(same_b, model.bwd)
+    assert np.allclose(same_f, [*model.fwd, 0.0]) and np.allclose(same_b, [*model.bwd, 0.0])
     slow_f, slow_b = AtHostState(model, 1.0).predict(sets)  # 0.4 ms of reference excess
     assert np.allclose(slow_f, [0.3 + 0.16, 0.8 + 0.08, 1.5 + 0.02, 3.0, 0.0])
     assert np.allclose(slow_b, [0.4 + 0.2, 0.9 + 0.12, 1.8 + 0.008, 4.0, 0.0])
     quick_f, _ = AtHostState(model, 0.1).predict(sets)  # a host far quicker than any seen: never below a tenth
-    assert quick_f[0] == pytest.approx(0.3 - 0.2) and (quick_f[:4] >= 0.1 * model.fwd[:4]).all()
+    assert quick_f[0] == pytest.approx(0.3 - 0.2) and (quick_f[:4] >= 0.1 * model.fwd).all()
     assert quick_f[4] == 0.0  # an empty set stays free
-    refs = np.array([0.6, 1.0, 0.1, 1.0, 1.0])  # one reading per op moves each as its own reading alone would
+    refs = np.array([0.6, 1.0, 0.1, 1.0])  # one reading per op moves each as its own reading alone would
     each_f, each_b = at_reference(model.metadata["host_state"], model.fwd, model.bwd, refs)
     for i, ref in enumerate(refs):
         alone_f, alone_b = AtHostState(model, ref).predict(sets)
         assert each_f[i] == pytest.approx(alone_f[i]) and each_b[i] == pytest.approx(alone_b[i])
+
+
+def test_a_rank_of_two_ops_moves_each_by_its_own_band():
+    # replicas at the local batch beside sharded tables: two 0.6-0.8 ms ops, each waiting on its own launches,
+    # gain as 0.5-1 ms ops do (0.2 / 0.3 ms per ms), not as one 1.4 ms op (0.05 / 0.02)
+    model = _Model([0.6, 0.8], [0.7, 0.9])
+    rank = _op(1) + _op(2)
+    f, b = AtHostState(model, 1.0).predict([rank, _op(1)])
+    assert f[0] == pytest.approx(0.6 + 0.8 + 2 * 0.2 * 0.4) and b[0] == pytest.approx(0.7 + 0.9 + 2 * 0.3 * 0.4)
+    assert f[1] == pytest.approx(0.6 + 0.2 * 0.4)
+    per_set = by_op(model, [rank, rank], np.array([0.6, 1.0]))  # one reading per set
+    assert per_set[0][0] == pytest.approx(1.4) and per_set[0][1] == pytest.approx(f[0])
 
 
 def test_a_model_without_host_state_gains_or_a_bad_reference_is_refused():

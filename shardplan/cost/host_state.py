@@ -144,13 +144,30 @@ def at_reference(summary: dict[str, Any], fwd_ms: np.ndarray, bwd_ms: np.ndarray
     return out[0], out[1]
 
 
+def by_op(compute: Any, sets: list[list[ShardSpec]], reference_ms: float | np.ndarray
+          ) -> tuple[np.ndarray, np.ndarray]:
+    """A GPU model's prices of ``sets`` at the host state of ``reference_ms`` (one for all sets, or one per
+    set), op by op: a rank holding data-parallel replicas runs an op on the local batch beside one on the
+    global batch (``compute.ops``), each waits on launches of its own, so each is moved by the gain of its
+    own length's band (:func:`at_reference`) before the set's ops are added. Moving the sum instead bands
+    two 0.6-0.8 ms ops as one 1.4 ms op, whose gain is a third of theirs: on the third H100 that left
+    TorchRec's ranks of `gpu-bench-11`, timed at that host's quickest, 19% over their measurement
+    (median) where op by op they are 5% over (``bench/gpu_ranks.py``)."""
+    ops, owner = compute.ops(sets)
+    fwd, bwd = compute.predict(ops)
+    ref = np.asarray(reference_ms, float)
+    fwd, bwd = at_reference(compute.metadata["host_state"], fwd, bwd, ref[owner] if ref.ndim else ref)
+    return (np.bincount(owner, weights=fwd, minlength=len(sets)),
+            np.bincount(owner, weights=bwd, minlength=len(sets)))
+
+
 class AtHostState:
     """A GPU compute model priced at a given host state instead of its collection's median one.
 
     The model learnt labels at the median host state of its collection; the gains its training read
     (``metadata["host_state"]``, :meth:`HostStateAdjustment.summary`) say how many ms an op of each band of
     length gains per ms the reference workload runs over that median. Given the reference as timed on the
-    host to be priced (``reference_ms``), each predicted op gets that share back (:func:`at_reference`).
+    host to be priced (``reference_ms``), each predicted op gets that share back (:func:`by_op`).
     The band is chosen by the model's own prediction (training banded by a gradient-boosting model that is
     not saved), and the shift is linear in the reference's excess, as read within one collection: on
     another machine, where the reference runs outside that range, it is an extrapolation
@@ -172,12 +189,8 @@ class AtHostState:
         self.metadata = compute.metadata
         self.reference_ms = float(reference_ms)
 
-    def shift(self, fwd_ms: np.ndarray, bwd_ms: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Predictions at the collection's median host state, moved to this one (:func:`at_reference`)."""
-        return at_reference(self.metadata["host_state"], fwd_ms, bwd_ms, self.reference_ms)
-
     def predict(self, sets: list[list[ShardSpec]]) -> tuple[np.ndarray, np.ndarray]:
-        return self.shift(*self.compute.predict(sets))
+        return by_op(self.compute, sets, self.reference_ms)
 
 
 HOST_REFERENCE_READINGS = 21  # a median over this many timings of the reference (each well under 1 ms on a GPU)

@@ -360,7 +360,7 @@ class NeuralCostModel:
         torch.manual_seed(self.seed)
         gen = torch.Generator().manual_seed(self.seed)
         rng = np.random.default_rng(self.seed)
-        parts, owner = self._parts(sets)
+        parts, owner = self.ops(sets)
         # parts come in set order: set i owns parts first[i] .. first[i] + n_parts[i] - 1
         first = np.searchsorted(owner, np.arange(len(sets)))
         n_parts = np.bincount(owner, minlength=len(sets))
@@ -478,15 +478,16 @@ class NeuralCostModel:
         """Columns of :meth:`encode_shards`' codes (the learnt code, then any raw totals)."""
         return self.code + (len(TOTAL_FEATURES) if self.context_totals else 0)
 
-    def _parts(self, sets: list[list[ShardSpec]]) -> tuple[list[list[ShardSpec]], np.ndarray]:
-        """The sets as the network sees them, and the set each row comes from: their one-batch parts
-        with ``split_batches`` (:func:`batch_parts`), else each set whole."""
+    def ops(self, sets: list[list[ShardSpec]]) -> tuple[list[list[ShardSpec]], np.ndarray]:
+        """The sets as the model prices them, one op at a time, and the set each op comes from: their
+        one-batch parts with ``split_batches`` (:func:`batch_parts`), else each set whole. A set's price is
+        the sum of its ops' prices."""
         return batch_parts(sets) if self.split_batches else (sets, np.arange(len(sets)))
 
     def network_inputs(self, sets: list[list[ShardSpec]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The sets as the fitted network reads them: their parts' (:meth:`_parts`) padded features scaled
         by the stored feature scaling, the mask, and the set each part comes from."""
-        parts, owner = self._parts(sets)
+        parts, owner = self.ops(sets)
         x, mask = set_features(parts)
         return (x - self.mean) * mask[..., None] / self.std, mask, owner
 
