@@ -191,3 +191,29 @@ def test_host_reference_auto_is_timed_on_this_machines_gpu_or_refused(tmp_path, 
     with pytest.raises(SystemExit) as e:
         main(["plan", task, "--profile", "h100", "--host-reference-ms", "fast", "-o", str(out)])
     assert e.value.code == 2 and "number of ms or auto" in capsys.readouterr().err
+
+
+def test_the_default_searcher_plans_at_a_host_state_and_its_sums_agree_with_the_estimate(tmp_path, capsys):
+    # the NeuroShard searchers price ranks incrementally (encode_shards/combine); at a host state they crashed
+    # with a TypeError, and the placer's price of each rank must be what the estimate then says
+    import json
+
+    from shardplan.cli import main
+    from shardplan.cost.estimator import load_estimator
+    from shardplan.formats import load_task
+    from shardplan.search import get_searcher
+    from shardplan.search.placer import Placer
+
+    out = tmp_path / "p.json"
+    task = "data/tasks/gpu-bench/gpu-bench-11.json"  # TorchRec replicates two of its tables
+    assert main(["plan", task, "--profile", "h100", "--host-reference-ms", "0.8", "-o", str(out)]) == 0
+    assert "host reference of 0.800 ms" in json.loads(out.read_text())["cost"]["compute_model"]
+    est = load_estimator("h100", host_reference_ms=0.8)
+    for searcher in ("neuroshard", "torchrec"):
+        plan = get_searcher(searcher).plan(load_task(task), est, seed=0)
+        placer = Placer(plan.task, est)
+        code_sum, time_sum, count, _, _, apart = placer.fixed_sums(list(plan.tables))
+        incremental = placer.ms(code_sum, time_sum, count, apart)
+        estimated = [r.fwd_compute_ms + r.bwd_compute_ms for r in est.estimate(plan).per_rank]
+        assert incremental == pytest.approx(estimated, rel=1e-4)
+

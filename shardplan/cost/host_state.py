@@ -192,6 +192,26 @@ class AtHostState:
     def predict(self, sets: list[list[ShardSpec]]) -> tuple[np.ndarray, np.ndarray]:
         return by_op(self.compute, sets, self.reference_ms)
 
+    # The incremental interface the NeuroShard searchers price with (``search.placer.Placer``): a rank's
+    # op of the units' batch is priced from summed shard codes, the rest of the rank through ``predict``.
+    @property
+    def split_batches(self) -> bool:
+        return bool(getattr(self.compute, "split_batches", False))
+
+    @property
+    def code_width(self) -> int:
+        return self.compute.code_width
+
+    def encode_shards(self, specs: list[ShardSpec]) -> tuple[np.ndarray, np.ndarray]:
+        return self.compute.encode_shards(specs)
+
+    def combine(self, code_sum: np.ndarray, time_sum: np.ndarray, count: np.ndarray) -> np.ndarray:
+        """Forward and backward ms ``[m, 2]`` of ``m`` ops from their sums, each moved to this host state as
+        :func:`by_op` moves an op."""
+        ms = self.compute.combine(code_sum, time_sum, count)
+        fwd, bwd = at_reference(self.metadata["host_state"], ms[:, 0], ms[:, 1], self.reference_ms)
+        return np.stack([fwd, bwd], axis=1)
+
 
 HOST_REFERENCE_READINGS = 21  # a median over this many timings of the reference (each well under 1 ms on a GPU)
 
