@@ -395,12 +395,26 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     for name, p in PROFILES.items():
         trained = "trained" if (p.dir / "compute-model.json").exists() else "no compute model"
         tags = [t for t, on in (("default", name == DEFAULT_PROFILE), ("this host", measured_on_this_cpu(p))) if on]
-        print(f"{name:<14}{', '.join(tags):<20}{trained:<18}{p.description}")
+        print(f"{name:<14}{', '.join(tags):<20}{trained:<18}{p.description}{_host_state_note(p)}")
     if args.probe:
         print(_probe_note(here))
     if args.host_reference:
         print(_host_reference_note(args.profile))
     return 0
+
+
+def _host_state_note(profile: Profile) -> str:
+    """For a GPU profile's trained model: the host state it prices at unless told another."""
+    import json
+
+    path = profile.dir / "compute-model.json"
+    if profile.device != "cuda" or not path.exists():
+        return ""
+    state = json.loads(path.read_text()).get("metadata", {}).get("host_state")
+    if not state:
+        return ""
+    return (f"; priced at its collection's host reference, {state['median_reference_ms']:.3f} ms "
+            "(--host-reference-ms MS|auto for another host)")
 
 
 def _host_reference_note(profile_name: str | None) -> str:

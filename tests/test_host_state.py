@@ -155,6 +155,13 @@ def test_host_reference_is_timed_only_for_a_gpu_profile_on_a_gpu(capsys):
     if not torch.cuda.is_available():
         assert main(["profiles", "--host-reference", "--profile", "h100"]) == 2
         assert "no CUDA device" in capsys.readouterr().err
+    # the listing says which host state each GPU model prices at unless told another
+    from shardplan.cost.estimator import load_estimator
+
+    assert main(["profiles"]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    median = load_estimator("h100").compute.metadata["host_state"]["median_reference_ms"]
+    assert f"host reference, {median:.3f} ms" in lines["h100"] and "host reference" not in lines["cpu-2c"]
 
 
 def test_python_api_prices_at_the_host_reference_as_the_cli_does():
