@@ -34,7 +34,7 @@ def _estimator(args: argparse.Namespace):
         from .cost.host_state import time_host_reference
         from .cost.profiles import get_profile
 
-        reference = time_host_reference(get_profile(args.profile))[0]
+        reference = time_host_reference(get_profile(args.profile), flag="--host-reference-ms auto")[0]
     return load_estimator(args.profile, getattr(args, "model", None), reference)
 
 

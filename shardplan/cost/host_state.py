@@ -216,10 +216,11 @@ class AtHostState:
 HOST_REFERENCE_READINGS = 21  # a median over this many timings of the reference (each well under 1 ms on a GPU)
 
 
-def time_host_reference(profile: Any, readings: int = HOST_REFERENCE_READINGS) -> tuple[float, list[float]]:
+def time_host_reference(profile: Any, readings: int = HOST_REFERENCE_READINGS,
+                        flag: str = "--host-reference") -> tuple[float, list[float]]:
     """The reference workload timed on this machine's device for a GPU ``profile``: (median ms, every reading),
     the figure a model is priced at with ``host_reference_ms``. Refuses a CPU profile (whose measurements are
-    divided by the reference instead) and a machine without CUDA."""
+    divided by the reference instead) and a machine without CUDA, naming ``flag``, the option that asked."""
     import statistics
 
     import torch
@@ -227,10 +228,10 @@ def time_host_reference(profile: Any, readings: int = HOST_REFERENCE_READINGS) -
     from .kernel import time_reference
 
     if profile.device != "cuda":
-        raise InputError("--profile", f"{profile.name!r} is a CPU profile, whose measurements are divided by the "
-                         "reference instead", "give a GPU profile (h100, h200)")
+        raise InputError(flag, f"{profile.name!r} is a CPU profile, whose measurements are divided by the "
+                         "reference instead", "give a GPU profile (h100, h200) with --profile")
     if not torch.cuda.is_available():
-        raise InputError("--host-reference", f"profile {profile.name!r} runs on CUDA and this machine has no CUDA "
-                         "device", "time it on the machine to be priced and pass --host-reference-ms there")
+        raise InputError(flag, f"profile {profile.name!r} runs on CUDA and this machine has no CUDA device",
+                         "run it on the machine to be priced, or give that machine's reference in ms")
     times = [time_reference(profile.device) for _ in range(readings)]
     return statistics.median(times), times
