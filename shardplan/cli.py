@@ -10,8 +10,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .cost.draws import REPLICA_MAX_ROWS, REPLICA_WORLDS, ROW_SHARE, ROW_SPLITS, SetShape
 from .argtypes import at_least
+from .cost.draws import REPLICA_MAX_ROWS, REPLICA_WORLDS, ROW_SHARE, ROW_SPLITS, SetShape
 from .cost.profiles import DEFAULT_PROFILE, Profile
 from .errors import InputError, exit_status
 

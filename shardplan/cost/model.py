@@ -485,7 +485,7 @@ class NeuralCostModel:
         return batch_parts(sets) if self.split_batches else (sets, np.arange(len(sets)))
 
     def network_inputs(self, sets: list[list[ShardSpec]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The sets as the fitted network reads them: their parts' (:meth:`_parts`) padded features scaled
+        """The sets as the fitted network reads them: their ops' (:meth:`ops`) padded features scaled
         by the stored feature scaling, the mask, and the set each part comes from."""
         parts, owner = self.ops(sets)
         x, mask = set_features(parts)
