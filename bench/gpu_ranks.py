@@ -48,7 +48,7 @@ import pandas as pd
 from scipy.stats import spearmanr
 
 from shardplan.cost.estimator import load_estimator
-from shardplan.cost.host_state import at_reference, by_op, reference_ms
+from shardplan.cost.host_state import at_reference, by_op, sample_reference_ms
 from shardplan.cost.model import batch_parts
 from shardplan.cost.profiles import get_profile
 from shardplan.cost.specs import rank_specs, specs_from_json
@@ -74,7 +74,7 @@ def _priced(model, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray
     """Measured fwd+bwd, the model's as trained, at each set's reference, at the file's median reference
     (both op by op, :func:`shardplan.cost.host_state.by_op`)."""
     sets = [specs_from_json(s) for s in df["shards"]]
-    refs = reference_ms(df)
+    refs = sample_reference_ms(df)
     return ((df["fwd_ms"] + df["bwd_ms"]).to_numpy(), sum(model.predict(sets)), sum(by_op(model, sets, refs)),
             sum(by_op(model, sets, np.median(refs))))
 
@@ -122,7 +122,7 @@ def ranks_report(profile_name: str, name: str, retimed: Path | None, ranks: Path
         total_c = (both["fwd_ms_c"] + both["bwd_ms_c"]).to_numpy()
         lines += ["## 1. The same sets on this machine and in the collection", "",
                   f"`{retimed}`: {len(both)} sets of `compute.parquet` timed again ({_machine(again)}). "
-                  f"Reference workload, median (10th-90th percentile): here {spread(reference_ms(both))} ms, "
+                  f"Reference workload, median (10th-90th percentile): here {spread(sample_reference_ms(both))} ms, "
                   f"in the collection {spread(np.sqrt(both.ref_before_ms_c * both.ref_after_ms_c))} ms. "
                   "Here over the collection, by band of the collection's fwd+bwd:", "",
                   "| band (ms) | sets | fwd | bwd | fwd+bwd |", "| --- | --- | --- | --- | --- |"]
@@ -133,7 +133,7 @@ def ranks_report(profile_name: str, name: str, retimed: Path | None, ranks: Path
     scored = ([("re-timed", again)] if retimed is not None else []) + [(f"`{p}`", pd.read_parquet(p)) for p in sets]
     if scored:
         lines += ["", "## 2. The model on sets it was not trained on", ""]
-        lines += [f"{label}: {len(df)} sets ({_machine(df)}), reference {spread(reference_ms(df))} ms."
+        lines += [f"{label}: {len(df)} sets ({_machine(df)}), reference {spread(sample_reference_ms(df))} ms."
                   for label, df in scored[1 if retimed is not None else 0:]]
         lines += ["", *PRICE_HEADER]
         for label, df in scored:
@@ -149,17 +149,18 @@ def ranks_report(profile_name: str, name: str, retimed: Path | None, ranks: Path
         collector = rk.assign(meas=meas)
         lines += ["", "## 3. Plan ranks timed by the collector's protocol", "",
                   f"`{ranks}`: {len(rk)} ranks of {rk.groupby(['task', 'searcher']).ngroups} plans "
-                  f"({_machine(rk)}); reference {spread(reference_ms(rk))} ms.", "", *PRICE_HEADER]
+                  f"({_machine(rk)}); reference {spread(sample_reference_ms(rk))} ms.", "", *PRICE_HEADER]
         for searcher, g in rk.groupby("searcher"):
             i = g.index.to_numpy()
             lines += [_price_row(f"`{searcher}`", "as trained", plain[i], meas[i]),
                       _price_row(f"`{searcher}`", "at each rank's reference", each[i], meas[i]),
                       _price_row(f"`{searcher}`", "at the file's median reference", median[i], meas[i])]
+        lines += _torchrec_misses(collector, each, "at each rank's reference")
     loops = []
     for path in suites:
         run = pd.read_csv(path)
         rows = []
-        for row, ref in zip(run.itertuples(), reference_ms(run)):
+        for row, ref in zip(run.itertuples(), sample_reference_ms(run)):
             plan = load_plan(path.parent / "plans" / f"{row.task}--{row.searcher}.json")
             for rc, specs, ms in zip(est.estimate(plan).per_rank, rank_specs(plan), json.loads(row.rank_measured_ms)):
                 comm = rc.fwd_comm_ms + rc.bwd_comm_ms
@@ -171,7 +172,7 @@ def ranks_report(profile_name: str, name: str, retimed: Path | None, ranks: Path
         lp["at_ref"] = sum(by_op(model, list(lp.specs), lp.ref.to_numpy())) + lp.comm
         loops.append(lp)
         lines += ["", f"## 4. The emulated loop: `{path}`", "",
-                  f"Reference beside the plans {spread(reference_ms(run))} ms. "
+                  f"Reference beside the plans {spread(sample_reference_ms(run))} ms. "
                   "Per rank, compute + modelled comm:", "", *PRICE_HEADER]
         for searcher, g in lp.groupby("searcher"):
             lines += [_price_row(f"`{searcher}`", "as trained", g.plain.to_numpy(), g.meas.to_numpy()),
@@ -195,7 +196,7 @@ def ranks_report(profile_name: str, name: str, retimed: Path | None, ranks: Path
 def _median_over_runs(model, collector: pd.DataFrame, loops: list[pd.DataFrame]) -> list[str]:
     """Section 5: every rank's compute, median over the collector's timing and each loop round's."""
     key = ["task", "searcher", "rank"]
-    runs = [collector[key + ["meas"]].assign(ref=reference_ms(collector))]
+    runs = [collector[key + ["meas"]].assign(ref=sample_reference_ms(collector))]
     runs += [lp[key].assign(meas=lp.loop_compute, ref=lp.ref) for lp in loops]
     every = pd.concat(runs, ignore_index=True)
     per_rank = every.groupby(key).agg(meas=("meas", "median"), n=("meas", "size")).reset_index()
@@ -210,6 +211,18 @@ def _median_over_runs(model, collector: pd.DataFrame, loops: list[pd.DataFrame])
         i, label = g.index.to_numpy(), f"`{searcher}` (median of {int(g.n.median())})"
         lines += [_price_row(label, "as trained", g.pred.to_numpy(), g.meas.to_numpy()),
                   _price_row(label, "at the machine's median reference", at_ref[i], g.meas.to_numpy())]
+    return lines + _torchrec_misses(per_rank, at_ref, "at the machine's median reference")
+
+
+def _torchrec_misses(ranks: pd.DataFrame, pred: np.ndarray, priced: str) -> list[str]:
+    """TorchRec's ranks (the bar's) outside 15%, one row each: the next reading starts from them, not a count."""
+    torchrec = ranks.assign(pred=pred, err=pred / ranks.meas - 1).query("searcher == 'torchrec'")
+    misses = torchrec[torchrec.err.abs() > 0.15].sort_values("err")
+    lines = ["", f"TorchRec's ranks outside 15% {priced}: {len(misses)} of {len(torchrec)}.", ""]
+    if len(misses):
+        lines += ["| task | rank | measured ms | predicted ms | error |", "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {m.task} | {m.rank} | {m.meas:.3f} | {m.pred:.3f} | {100 * m.err:+.1f}% |"
+                  for m in misses.itertuples()]
     return lines
 
 

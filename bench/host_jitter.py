@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardplan.cost.host_state import HostStateAdjustment, reference_ms
+from shardplan.cost.host_state import HostStateAdjustment, sample_reference_ms
 from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile
 from shardplan.cost.train import holdout_mask, load_sets, metric_cells, metrics
@@ -40,7 +40,7 @@ def jitter_report(profile: str, models: list[Path], out: Path = Path("bench/resu
     sets, fwd, bwd, df = load_sets(path, None)
     hold = holdout_mask(df)
     tr, te = np.flatnonzero(~hold), np.flatnonzero(hold)
-    ref = reference_ms(df)
+    ref = sample_reference_ms(df)
     adj = HostStateAdjustment.fit([sets[i] for i in tr], fwd[tr], bwd[tr], ref[tr], seed=seed)
     adj_f, adj_b = adj.apply(sets, fwd, bwd, ref)
     held = [sets[i] for i in te]

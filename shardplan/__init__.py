@@ -2,11 +2,11 @@
 
 The one-line happy path is :func:`shardplan.plan`; see :mod:`shardplan.planning`.
 """
-from importlib.metadata import PackageNotFoundError, version
+from importlib import metadata as _metadata
 
 try:
-    __version__ = version("shardplan")
-except PackageNotFoundError:  # running from a source tree that was not installed
+    __version__ = _metadata.version("shardplan")
+except _metadata.PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0+unknown"
 
 from .domain import Plan, PlanCost, RankCost, Shard, Table, TableSharding, Task, Topology  # noqa: F401
@@ -14,6 +14,11 @@ from .errors import InfeasibleError, InputError  # noqa: F401
 from .formats import load_plan, load_task, save_plan, save_task  # noqa: F401
 from .planning import estimator, evaluate, make_task, plan  # noqa: F401
 from .validate import plan_problems, validate_plan  # noqa: F401
+
+# the public API: what ``from shardplan import *`` gives and what the docs promise to keep
+__all__ = ["InfeasibleError", "InputError", "Plan", "PlanCost", "RankCost", "Shard", "Table", "TableSharding",
+           "Task", "Topology", "__version__", "estimator", "evaluate", "load_plan", "load_task", "make_task", "plan",
+           "plan_problems", "save_plan", "save_task", "to_torchrec_plan", "validate_plan"]
 
 
 def to_torchrec_plan(p: Plan):

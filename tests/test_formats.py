@@ -78,3 +78,15 @@ def test_bad_plan_shard(plan_dict):
 
 def test_task_to_dict_is_loadable(task_dict):
     assert load_task(task_to_dict(load_task(task_dict))) == load_task(task_dict)
+
+
+def test_the_package_exports_its_public_api_and_nothing_it_merely_imported() -> None:
+    """``__all__`` names what users may rely on: each name exists, and helpers the package imports for itself
+    (``importlib.metadata``'s) do not leak into ``from shardplan import *``."""
+    import shardplan
+
+    assert all(hasattr(shardplan, name) for name in shardplan.__all__)
+    assert {"plan", "evaluate", "load_task", "save_plan", "to_torchrec_plan", "__version__"} <= set(shardplan.__all__)
+    namespace: dict = {}
+    exec("from shardplan import *", namespace)
+    assert "version" not in namespace and "PackageNotFoundError" not in namespace

@@ -99,6 +99,13 @@ def test_gpu_ranks_prices_the_committed_h100_data_as_trained_and_at_the_host_sta
     mape = {m[0]: float(m[1]) for m in re.findall(row, md)}
     assert mape["at each set's reference"] < mape["as trained"]
     assert "| `torchrec` (median of 2) | as trained | 120 |" in md  # the collector's timing and one loop round
+    # the misses listed are the ones the count leaves out, one row each
+    within = int(re.search(r"\| `torchrec` \(median of 2\) \| at the machine's median reference \| 120 \| "
+                           r"[\d.]+ \| [\d.]+% \| (\d+)/120", md)[1])
+    listed = md.split("TorchRec's ranks outside 15% at the machine's median reference: ")[1]
+    assert listed.startswith(f"{120 - within} of 120.")
+    rows = re.findall(r"^\| gpu-bench-\d+ \| \d+ \| [\d.]+ \| [\d.]+ \| ([+-][\d.]+)% \|$", listed, re.M)
+    assert len(rows) == 120 - within and all(abs(float(e)) > 15 for e in rows)
 
 
 def test_gpu_ranks_refuses_a_cpu_profile_or_a_missing_file(tmp_path, load_script) -> None:

@@ -59,7 +59,7 @@ def _band(pred_ms: np.ndarray) -> np.ndarray:
     return np.searchsorted(BAND_EDGES_MS, pred_ms, side="right")
 
 
-def reference_ms(df: pd.DataFrame) -> np.ndarray:
+def sample_reference_ms(df: pd.DataFrame) -> np.ndarray:
     """Each sample's reference time: the geometric mean of the reference timed just before and after it."""
     return np.sqrt(df["ref_before_ms"].to_numpy() * df["ref_after_ms"].to_numpy())
 

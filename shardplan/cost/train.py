@@ -25,7 +25,7 @@ from scipy.stats import spearmanr
 from ..errors import InputError
 from ..formats import write_json_atomic, write_text_atomic
 from .baselines import GBMCostModel, RooflineCostModel
-from .host_state import HostStateAdjustment, reference_ms
+from .host_state import HostStateAdjustment, sample_reference_ms
 from .kernel import REFERENCE_SPECS, slowdown
 from .model import NeuralCostModel, check_context_code
 from .profiles import Profile
@@ -211,7 +211,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     pick = lambda idx, from_=sets: [from_[i] for i in idx]  # noqa: E731
     host_state = None
     if divisor is None:
-        ref = reference_ms(df)
+        ref = sample_reference_ms(df)
         host_state = HostStateAdjustment.fit(pick(tr), fwd[tr], bwd[tr], ref[tr], seed=seed)
         fwd, bwd = host_state.apply(sets, fwd, bwd, ref)
     train_sets, train_f, train_b = pick(tr), fwd[tr], bwd[tr]
@@ -315,7 +315,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         if host_state is None:
             splits["larger_sets"] = (lsets, lf, lb)
         else:  # the same adjustment as the sets trained on, and beside it the times as measured
-            splits["larger_sets"] = (lsets, *host_state.apply(lsets, lf, lb, reference_ms(ldf)))
+            splits["larger_sets"] = (lsets, *host_state.apply(lsets, lf, lb, sample_reference_ms(ldf)))
             splits[LARGE_RAW_SPLIT] = (lsets, lf, lb)
     # the random collector's sets are scored at their own level; plan ranks at the predicted one
     random_splits = {"holdout", "holdout, raw labels (machine drift left in)", "larger_sets", LARGE_RAW_SPLIT}
