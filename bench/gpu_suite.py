@@ -103,7 +103,8 @@ def plan_report(df: pd.DataFrame, profile: str, compute_model: str, out: Path) -
     # Imported here: the ``plan`` stage runs on this machine, the ``run`` stage's imports stay lean for the GPU one.
     from shardplan.execute.bench import geomean_vs
 
-    ratios = geomean_vs(ok, column="predicted_ms").set_index("searcher")["geomean_vs_torchrec"]
+    # no plan at all (every task refused) still gets its report: the table is empty, the reasons below it
+    ratios = geomean_vs(ok, column="predicted_ms").set_index("searcher")["geomean_vs_torchrec"] if len(ok) else {}
     for name, g in ok.groupby("searcher", sort=False):
         ratio = f"{ratios[name]:.3f}" if np.isfinite(ratios[name]) else "-"
         lines.append(f"| {name} | {len(g)} | {ratio} | {g.predicted_imbalance.median():.3f} | "

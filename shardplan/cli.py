@@ -299,12 +299,14 @@ def _evaluate(plan, args: argparse.Namespace):
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from .cost.profiles import profile_for
     from .formats import load_plan, save_plan
     from .report_text import cost_table, measured_note
     from .validate import validate_plan
 
     plan = load_plan(args.plan)
     validate_plan(plan)
+    args.profile = profile_for(plan, args.profile)
     plan = _evaluate(plan, args)
     save_plan(plan, args.out)
     print(cost_table(plan.cost, plan.measured_cost))
@@ -388,14 +390,25 @@ def _cmd_searchers(args: argparse.Namespace) -> int:
 
 
 def _cmd_profiles(args: argparse.Namespace) -> int:
-    from .cost.profiles import PROFILES, host_cpu, host_profile, measured_on_this_cpu
+    from .cost.profiles import BROKEN_PROFILES, PROFILES, host_cpu, host_profile, measured_on_this_cpu, new_profile
 
+    if args.new:
+        if not args.like:
+            raise InputError("--like", "--new needs the profile whose protocol and budgets to copy",
+                             f"add --like {DEFAULT_PROFILE} (or another of `shardplan profiles`)")
+        made = new_profile(args.new, args.like, args.description)
+        print(f"made {made.dir / 'profile.json'} ({made.description}); its README says what to collect next")
+        return 0
+    if args.like or args.description:
+        raise InputError("--like" if args.like else "--description", "only goes with --new NAME")
     here = host_profile()
     print(f"this host: {host_cpu()!r}; its profile: {here.name if here else 'none trained'}")
     for name, p in PROFILES.items():
         trained = "trained" if (p.dir / "compute-model.json").exists() else "no compute model"
         tags = [t for t, on in (("default", name == DEFAULT_PROFILE), ("this host", measured_on_this_cpu(p))) if on]
         print(f"{name:<14}{', '.join(tags):<20}{trained:<18}{p.description}{_host_state_note(p)}")
+    for name, problem in BROKEN_PROFILES.items():
+        print(f"{name:<14}{'':<20}{'unusable':<18}{problem}")
     if args.probe:
         print(_probe_note(here))
     if args.host_reference:
@@ -529,6 +542,7 @@ def _cmd_train_dmp(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from .cost.profiles import profile_for
     from .formats import load_plan, write_text_atomic
     from .report_html import render
     from .validate import validate_plan
@@ -538,7 +552,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         p = load_plan(path)
         validate_plan(p)
         if p.cost is None:  # price it, so every plan in the report has a predicted cost
-            p = replace(p, cost=_estimator(args).estimate(p))
+            priced = argparse.Namespace(**{**vars(args), "profile": profile_for(p, args.profile)})
+            p = replace(p, cost=_estimator(priced).estimate(p))
         plans.append(p)
     write_text_atomic(args.out, render(plans))
     print(f"wrote {args.out} ({len(plans)} plan(s))")
@@ -578,10 +593,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="shardplan", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
 
-    def with_profile(sp: argparse.ArgumentParser, model: bool = True, here: bool = False) -> argparse.ArgumentParser:
+    def with_profile(sp: argparse.ArgumentParser, model: bool = True, here: bool = False,
+                     of_plan: bool = False) -> argparse.ArgumentParser:
         if here:  # a command that measures on this host: by default, the host's own profile
             sp.add_argument("--profile", default=None, help="hardware profile (default: the profile measured "
                             f"on this host's CPU, where one is trained, else {DEFAULT_PROFILE}; `shardplan profiles`)")
+        elif of_plan:  # a command that prices given plans: by default, as they were priced
+            sp.add_argument("--profile", default=None, help="hardware profile (default: the one that priced the "
+                            f"plan, named in its cost block; else {DEFAULT_PROFILE} for CPU ranks)")
         else:
             sp.add_argument("--profile", default=DEFAULT_PROFILE, help=f"hardware profile (default {DEFAULT_PROFILE})")
         if model:
@@ -615,7 +634,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_refine(plan)
     plan.set_defaults(func=_cmd_plan)
 
-    ev = with_profile(sub.add_parser("evaluate", help="fill a plan's predicted cost; --measure times it too"))
+    ev = with_profile(sub.add_parser("evaluate", help="fill a plan's predicted cost; --measure times it too"),
+                      of_plan=True)
     ev.add_argument("plan")
     ev.add_argument("-o", "--out", required=True)
     ev.add_argument("--measure", action="store_true", help="also time every rank on real FBGEMM")
@@ -637,9 +657,14 @@ def build_parser() -> argparse.ArgumentParser:
                       help="time the reference workload on this machine's GPU, the figure --host-reference-ms "
                            "prices a GPU profile at (with --profile)")
     prof.add_argument("--profile", default=None, help="the GPU profile --host-reference is for")
+    prof.add_argument("--new", metavar="NAME", help="add a profile of this machine under data/profiles/NAME/ "
+                      "(profile.json and a README of what to collect), with --like's protocol and budgets")
+    prof.add_argument("--like", metavar="PROFILE", help="with --new: the profile to copy (e.g. cpu-2c, h100)")
+    prof.add_argument("--description", help="with --new: one line on the machine (default: said for you)")
     prof.set_defaults(func=_cmd_profiles)
 
-    rep = with_profile(sub.add_parser("report", help="self-contained HTML report of one or more plans"))
+    rep = with_profile(sub.add_parser("report", help="self-contained HTML report of one or more plans"),
+                       of_plan=True)
     rep.add_argument("plans", nargs="+")
     rep.add_argument("-o", "--out", default="out/report.html")
     rep.set_defaults(func=_cmd_report)

@@ -11,7 +11,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Union, get_args
 
 from pydantic import BaseModel, ValidationError
 
@@ -33,7 +33,9 @@ def _field_path(loc: tuple) -> str:
     return out
 
 
-def _parse(model: type[BaseModel], data: Any, what: str) -> Any:
+def parse_model(model: type[BaseModel], data: Any, what: str, where: str = "DESIGN.md") -> Any:
+    """``data`` validated by ``model``, or an :class:`InputError` naming the first bad field; ``what`` and
+    ``where`` name the format and the document that defines it, for the fix of a missing field."""
     if not isinstance(data, dict):
         raise InputError("", f"a {what} must be a JSON object, got {type(data).__name__}")
     try:
@@ -45,16 +47,18 @@ def _parse(model: type[BaseModel], data: Any, what: str) -> Any:
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "missing":
-            raise InputError(_field_path(loc), "is required", f"see DESIGN.md's {what} format") from None
-        if err["type"] == "literal_error" and loc and loc[-1] == "format":
-            expected = TASK_FORMAT if model is TaskModel else PLAN_FORMAT
+            raise InputError(_field_path(loc), "is required", f"see {where}'s {what} format") from None
+        if err["type"] == "literal_error" and loc == ("format",):
+            expected = get_args(model.model_fields["format"].annotation)[0]
             raise InputError("format", f"is {err.get('input')!r}", f"set it to {expected!r}") from None
         got = err.get("input")
         shown = f" (got {got!r})" if isinstance(got, (str, int, float, bool)) or got is None else ""
         raise InputError(_field_path(loc), msg + shown) from None
 
 
-def _read(source: Source) -> Any:
+def read_json(source: Source) -> Any:
+    """The parsed JSON of a path, a JSON text or an already-parsed dict; malformed JSON or a missing file
+    is an :class:`InputError` naming it."""
     if isinstance(source, dict):
         return source
     if isinstance(source, str) and source.lstrip().startswith("{"):
@@ -92,7 +96,7 @@ def task_from_model(m: TaskModel) -> Task:
 
 def load_task(source: Source) -> Task:
     """Read a ``shardplan/task@1`` from a path, JSON text or dict."""
-    return task_from_model(_parse(TaskModel, _read(source), "task"))
+    return task_from_model(parse_model(TaskModel, read_json(source), "task"))
 
 
 def task_to_dict(task: Task) -> dict[str, Any]:
@@ -135,7 +139,7 @@ def cost_to_dict(cost: PlanCost) -> dict[str, Any]:
 
 def load_plan(source: Source) -> Plan:
     """Read a ``shardplan/plan@1``. Structure only; :func:`shardplan.validate.validate_plan` checks tiling and memory."""
-    return plan_from_model(_parse(PlanModel, _read(source), "plan"))
+    return plan_from_model(parse_model(PlanModel, read_json(source), "plan"))
 
 
 def plan_from_model(m: PlanModel) -> Plan:

@@ -18,7 +18,7 @@ from functools import lru_cache
 from typing import Any, Iterable
 
 from .cost.estimator import PlanEstimator, load_estimator
-from .cost.profiles import DEFAULT_PROFILE
+from .cost.profiles import DEFAULT_PROFILE, get_profile, profile_for
 from .domain import Plan, Table, Task
 from .errors import InputError
 from .formats import load_task
@@ -59,7 +59,8 @@ def plan(tables: Iterable[Table | dict[str, Any]] | Task, world_size: int | None
     """Plan tables for a topology with the default searcher and profile; returns a :class:`Plan`.
 
     ``tables`` may also be a ready :class:`Task` (then ``world_size`` and the
-    task fields are not given). ``task_fields`` are :func:`make_task`'s keywords.
+    task fields are not given). ``task_fields`` are :func:`make_task`'s keywords; ``device`` defaults
+    to the profile's (a task of another device than the profile's is refused).
     ``sharding_types`` limits the plan to those types, e.g. what TorchRec can run
     on CPU over gloo: ``("table_wise", "column_wise", "data_parallel")``.
     ``refine=N`` times the plan's ranks on this machine's kernels and re-polishes it
@@ -74,8 +75,8 @@ def plan(tables: Iterable[Table | dict[str, Any]] | Task, world_size: int | None
         task = tables
     elif world_size is None:
         raise InputError("world_size", "is required with a list of tables", "pass world_size=<ranks>")
-    else:
-        task = make_task(tables, world_size, **task_fields)
+    else:  # ranks of the profile's device unless told otherwise, so the memory default is that device's
+        task = make_task(tables, world_size, **{"device": get_profile(profile).device, **task_fields})
     if not isinstance(refine, int) or refine < 0:
         raise InputError("refine", f"must be 0 (off) or a number of timings, got {refine!r}")
     chosen = get_searcher(searcher or DEFAULT_SEARCHER, sharding_types)
@@ -87,15 +88,17 @@ def plan(tables: Iterable[Table | dict[str, Any]] | Task, world_size: int | None
     return plan_refined(chosen, task, priced, profile, seed=seed, iterations=refine)
 
 
-def evaluate(p: Plan, *, measure: bool = False, profile: str = DEFAULT_PROFILE, rounds: int = 1,
+def evaluate(p: Plan, *, measure: bool = False, profile: str | None = None, rounds: int = 1,
              host_reference_ms: float | None = None) -> Plan:
     """``p`` with its predicted cost filled (``host_reference_ms`` as in :func:`estimator`), and with
-    ``measure=True`` its measured cost too."""
+    ``measure=True`` its measured cost too. ``profile`` defaults to the one that priced ``p`` (its cost
+    block), else to the default CPU profile for CPU ranks (:func:`~shardplan.cost.profiles.profile_for`)."""
     from dataclasses import replace
 
     from .execute.measure import measure_plan
     from .validate import validate_plan
 
     validate_plan(p)
+    profile = profile_for(p, profile)
     out = replace(p, cost=estimator(profile, host_reference_ms).estimate(p))
     return replace(out, measured_cost=measure_plan(out, profile, rounds)) if measure else out

@@ -41,9 +41,16 @@ def test_service_lists_searchers_profiles_and_health(server: str) -> None:
 
 
 def test_a_gpu_profile_plans_with_the_model_it_names(server: str, task_dict: dict) -> None:
-    r = httpx.post(server + "/v1/plans", params={"profile": "h100", "searcher": "neuroshard-tw"}, json=task_dict,
+    # a CPU task is not priced by a GPU profile: the answer names the field and the fix
+    r = httpx.post(server + "/v1/plans", params={"profile": "h100"}, json=task_dict, timeout=60)
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "topology", "device"], r.text
+    gpu_task = dict(task_dict, topology={**task_dict["topology"], "device": "cuda"})
+    r = httpx.post(server + "/v1/plans", params={"profile": "h100", "searcher": "neuroshard-tw"}, json=gpu_task,
                    timeout=60)
     assert r.status_code == 200, r.text
+    # evaluated as it was priced unless told another profile
+    again = httpx.post(server + "/v1/evaluations", json=r.json(), timeout=60)
+    assert again.status_code == 200 and again.json()["cost"]["profile"] == "h100", again.text
     assert r.json()["cost"]["compute_model"].startswith("neural") and r.json()["cost"]["profile"] == "h100"
     # priced at a slow host's state: every rank's compute costs more, and the cost names the state
     slow = httpx.post(server + "/v1/evaluations", params={"profile": "h100", "host_reference_ms": 1.5},

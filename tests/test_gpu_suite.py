@@ -61,7 +61,8 @@ def test_gpu_suite_plans_tasks_in_parallel_to_the_same_plans(tmp_path, task_dict
 def test_gpu_suite_plans_at_a_host_state_in_every_worker(tmp_path, task_dict, load_script) -> None:
     suite = load_script("bench/gpu_suite.py")
     (tmp_path / "suite").mkdir()
-    (tmp_path / "suite" / "t0.json").write_text(json.dumps({**task_dict, "name": "t0"}))
+    gpu_task = {**task_dict, "name": "t0", "topology": {**task_dict["topology"], "device": "cuda"}}
+    (tmp_path / "suite" / "t0.json").write_text(json.dumps(gpu_task))
     for name, extra in (("plain", []), ("slow1", ["--host-reference-ms", "1.5"]),
                         ("slow2", ["--host-reference-ms", "1.5", "--jobs", "2"])):
         suite.main(["plan", "--profile", "h100", "--suite", str(tmp_path / "suite"), "--searchers", "greedy-size",
@@ -71,6 +72,12 @@ def test_gpu_suite_plans_at_a_host_state_in_every_worker(tmp_path, task_dict, lo
     assert slow1.search["cost_model"] == slow2.search["cost_model"] and slow1.tables == slow2.tables
     assert "host reference" not in plain.search["cost_model"]
     assert slow1.cost.max_ms > plain.cost.max_ms  # a slower host's launches cost every rank more
+    # a CPU task is not a GPU profile's to plan: the report says why, rather than the script failing
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "t1.json").write_text(json.dumps({**task_dict, "name": "t1"}))
+    suite.main(["plan", "--profile", "h100", "--suite", str(tmp_path / "cpu"), "--searchers", "greedy-size",
+                "--plans", str(tmp_path / "cpu-plans"), "--out", str(tmp_path / "cpu-out")])
+    assert "t1 by greedy-size (topology.device: is 'cpu'" in (tmp_path / "cpu-out" / "gpu-plans-h100.md").read_text()
 
 
 def test_gpu_labels_reads_the_committed_h200_data(tmp_path, load_script) -> None:

@@ -1,5 +1,7 @@
 """A profile's costs belong to the CPU they were measured on: which profile a host is, the warning
 when measuring on another CPU, and the refusal to write one CPU's timings into another's data."""
+import json
+
 import pytest
 
 from shardplan.cli import main
@@ -89,3 +91,109 @@ def test_the_probe_tells_a_machine_that_only_shares_the_cpus_name(host, monkeypa
     host("Some Other CPU")  # no profile of its own: nothing to probe, and the flag is named
     assert main(["profiles", "--probe"]) == 2
     assert "--probe" in capsys.readouterr().err
+
+
+@pytest.fixture
+def profile_dir(monkeypatch, tmp_path):
+    """A profiles folder of the test's own, whose registry starts from the committed profiles."""
+    monkeypatch.setattr(profiles, "PROFILE_DIR", tmp_path)
+    monkeypatch.setattr(profiles, "PROFILES", dict(profiles.PROFILES))
+    monkeypatch.setattr(profiles, "BROKEN_PROFILES", {})
+    return tmp_path
+
+
+def test_the_committed_profiles_are_read_from_their_folders():
+    """Each profile's protocol lives in its folder's profile.json (the files other tools read), and the
+    registry holds exactly those: the CPU VMs' protocol (3 warm-up, median of 10) and the GPUs' (2, 5)."""
+    found, broken = profiles.load_profiles(profiles.PROFILE_DIR)
+    assert broken == {} and list(found) == ["cpu-2c", "cpu-2c-xeon", "h100", "h200"] == list(profiles.PROFILES)
+    assert (found["cpu-2c"].cpu_model, found["cpu-2c"].repeats, found["cpu-2c"].threads) == (AMD, 10, 1)
+    assert (found["h100"].device, found["h100"].warmup, found["h100"].repeats) == ("cuda", 2, 5)
+    for p in found.values():
+        assert profiles.Profile.from_json(p.to_json()) == p
+
+
+def test_a_new_profile_of_this_host_is_written_whole_and_registered(host, profile_dir, capsys):
+    host(INTEL)
+    assert main(["profiles", "--new", "xeon-16c", "--like", "cpu-2c", "--description", "a 16-core Xeon"]) == 0
+    made = get_profile("xeon-16c")
+    assert (made.cpu_model, made.description, made.repeats) == (INTEL, "a 16-core Xeon", 10)
+    assert profiles.load_profiles(profile_dir)[0]["xeon-16c"] == made  # what a later process reads
+    readme = (profile_dir / "xeon-16c" / "README.md").read_text()
+    assert "collect compute --profile xeon-16c" in readme and "train --profile xeon-16c" in readme
+    check_collect_target(made, made.dir / "compute.parquet")  # its data may be collected here
+    # a GPU profile records its device, not the host's CPU
+    assert main(["profiles", "--new", "a100", "--like", "h100"]) == 0
+    assert get_profile("a100").cpu_model == "" and get_profile("a100").device == "cuda"
+    # refused, exit 2, nothing written: a taken name, a bad name, an unknown base, --like missing or alone
+    for argv, field in ((["--new", "xeon-16c", "--like", "cpu-2c"], "name"), (["--new", "Bad/x", "--like", "cpu-2c"],
+                        "name"), (["--new", "x1", "--like", "nope"], "profile"), (["--new", "x2"], "--like"),
+                        (["--like", "cpu-2c"], "--like")):
+        assert main(["profiles", *argv]) == 2
+        assert f"error: {field}:" in capsys.readouterr().err
+    assert sorted(p.name for p in profile_dir.iterdir()) == ["a100", "xeon-16c"]
+    assert (profile_dir / "xeon-16c" / "profile.json").read_text().count('"name"') == 1
+
+
+def test_a_broken_profile_file_names_its_field_and_spares_the_others(profile_dir, capsys):
+    good = get_profile("cpu-2c").to_json()
+    cases = {"typo": {**good, "name": "typo", "repeat": 5},  # a misspelt field never falls back to a default
+             "neg": {**good, "name": "neg", "threads": -1},
+             "moved": {**good, "name": "elsewhere"}}
+    for folder, doc in cases.items():
+        (profile_dir / folder).mkdir()
+        (profile_dir / folder / "profile.json").write_text(json.dumps(doc))
+    (profile_dir / "bad-json").mkdir()
+    (profile_dir / "bad-json" / "profile.json").write_text("{")
+    (profile_dir / "ok").mkdir()
+    (profile_dir / "ok" / "profile.json").write_text(json.dumps({**good, "name": "ok"}))
+    found, broken = profiles.load_profiles(profile_dir)
+    assert list(found) == ["ok"] and sorted(broken) == ["bad-json", "moved", "neg", "typo"]
+    assert "repeat" in broken["typo"] and "threads" in broken["neg"] and "malformed JSON" in broken["bad-json"]
+    assert "rename" in broken["moved"]
+    profiles.BROKEN_PROFILES.update(broken)  # the fixture's registry, as an import would have read it
+    with pytest.raises(InputError, match="threads"):
+        get_profile("neg")
+    assert main(["profiles"]) == 0
+    assert "unusable" in capsys.readouterr().out
+
+
+def test_a_new_profile_collects_and_trains_on_its_own_data(host, profile_dir):
+    """The whole way a user brings a machine: a profile of it, real FBGEMM timings in its folder, a model
+    trained from them; planning then asks for the one piece still missing (its comm data)."""
+    from shardplan.cost.collect import collect_compute
+    from shardplan.cost.estimator import load_estimator
+    from shardplan.cost.train import train_and_report
+    from shardplan.domain import Table
+
+    host(AMD)
+    made = profiles.new_profile("amd-guest", "cpu-2c")
+    pool = [Table(f"p{i}", 400 * (i + 1), 16, 2.0 + i) for i in range(6)]
+    collect_compute(made, pool, made.dir / "compute.parquet", 16, seed=0, repeats=2, warmup=1, max_shards=3)
+    meta = train_and_report(made, epochs=2, progress=False)
+    assert meta["profile"] == "amd-guest" and (made.dir / "compute-model.json").exists()
+    with pytest.raises(InputError, match="collect comm"):
+        load_estimator("amd-guest")
+
+
+def test_a_task_of_another_device_than_the_profiles_is_refused_before_searching(plan_dict):
+    import shardplan
+    from shardplan.cost.profiles import profile_for
+
+    cpu_task = shardplan.load_task("data/tasks/default.json")
+    with pytest.raises(InputError, match="topology.device") as e:
+        shardplan.plan(cpu_task, searcher="greedy-size", profile="h100")
+    assert "cuda" in str(e.value) and "cpu-2c" in str(e.value)
+    # tables planned for a GPU profile are GPU ranks, with the GPU's memory default
+    tables = [{"name": f"t{i}", "num_embeddings": 50_000, "embedding_dim": 64, "pooling_factor": 10.0}
+              for i in range(4)]
+    gpu = shardplan.plan(tables, 2, searcher="greedy-size", profile="h100", batch_size_per_rank=16384)
+    assert gpu.task.topology.device == "cuda" and gpu.cost.profile == "h100"
+    # evaluating prices with the profile that priced the plan, not the default
+    again = shardplan.evaluate(gpu)
+    assert again.cost.profile == "h100" and again.cost.max_ms == pytest.approx(gpu.cost.max_ms)
+    from dataclasses import replace
+
+    with pytest.raises(InputError, match="names no profile"):
+        profile_for(replace(gpu, cost=None))
+    assert profile_for(replace(load_plan(plan_dict), cost=None)) == profiles.DEFAULT_PROFILE

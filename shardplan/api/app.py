@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse
 from .. import __version__
 from ..budget import BudgetExceeded, time_budget
 from ..cost.estimator import PlanEstimator, load_estimator
-from ..cost.profiles import DEFAULT_PROFILE, PROFILES
+from ..cost.profiles import DEFAULT_PROFILE, PROFILES, profile_for
 from ..domain import SHARDING_TYPES, Plan, Task
 from ..errors import InfeasibleError, InputError
 from ..formats import plan_from_model, plan_to_dict, task_from_model
@@ -166,11 +166,11 @@ def create_app(limits: Limits | None = None, profiles: Sequence[str] | None = No
         msg = exc.problem + (f"; {exc.fix}" if exc.fix else "")
         return _error(422, _loc(exc.field), msg, kind)
 
-    def estimator(profile: ProfileName, host_reference_ms: float | None = None) -> PlanEstimator:
+    def estimator(profile: str, host_reference_ms: float | None = None) -> PlanEstimator:
         try:
-            est = app.state.estimators[profile.value]
+            est = app.state.estimators[profile]
         except KeyError:
-            raise InputError("profile", f"profile {profile.value!r} has no cost models in this service",
+            raise InputError("profile", f"profile {profile!r} has no cost models in this service",
                              f"use one of {sorted(app.state.estimators)}") from None
         return est if host_reference_ms is None else est.at_host_state(host_reference_ms)
 
@@ -212,18 +212,20 @@ def create_app(limits: Limits | None = None, profiles: Sequence[str] | None = No
         """Plan a ``shardplan/task@1``; the answer is a ``shardplan/plan@1`` with its predicted cost."""
         domain_task = task_from_model(task)
         limits.check_task(domain_task)
-        est = estimator(profile, host_reference_ms)
+        est = estimator(profile.value, host_reference_ms)
         types = [t.value for t in sharding_types] if sharding_types else None
         plan = await off_loop(_plan, domain_task, searcher.value, est, seed, budget_s, types)
         return plan_to_dict(plan)
 
     @app.post("/v1/evaluations", response_model=PlanModel, responses=ERRORS, tags=["planning"])
-    async def evaluations(plan: PlanModel, profile: ProfileName = ProfileName(DEFAULT_PROFILE),
+    async def evaluations(plan: PlanModel, profile: Annotated[ProfileName | None, Query(
+            description="default: the profile that priced the plan (its cost block), else "
+                        f"{DEFAULT_PROFILE} for CPU ranks")] = None,
                           host_reference_ms: HostReference = None) -> dict[str, Any]:
         """Check a ``shardplan/plan@1`` (tiling, ranks, memory) and return it with its predicted ``cost``."""
         domain_plan = plan_from_model(plan)
         limits.check_task(domain_plan.task, where="task.")
-        est = estimator(profile, host_reference_ms)
+        est = estimator(profile_for(domain_plan, profile.value if profile else None), host_reference_ms)
         return plan_to_dict(await off_loop(_evaluate, domain_plan, est))
 
     app.add_middleware(BodyLimit, max_bytes=limits.max_body_bytes)

@@ -13,11 +13,11 @@ from typing import Protocol
 import numpy as np
 
 from .. import budget
-from ..domain import Plan, PlanCost, RankCost
+from ..domain import Plan, PlanCost, RankCost, Task
 from ..errors import InputError
 from ..memory import rank_memory_gb
 from .comm import AlphaBetaCommModel, CommModel, FittedCommModel, rank_volumes
-from .profiles import DEFAULT_PROFILE, Profile, get_profile
+from .profiles import DEFAULT_PROFILE, Profile, get_profile, profiles_of_device
 from .specs import ShardSpec, canonical, rank_specs
 
 
@@ -57,11 +57,22 @@ class PlanEstimator:
                 found[k] = self._cache[k] = (float(f), float(b))
         return [found[k] for k in keys]
 
-    def estimate(self, plan: Plan) -> PlanCost:
-        task = plan.task
-        if plan.task.optimizer not in self.optimizers:
+    def check_task(self, task: Task) -> None:
+        """Refuse a task this profile has no costs for, before anything is searched or priced: another
+        optimizer than its data's, or ranks of another device than its own (a CPU profile's milliseconds
+        are not a GPU's, and the task's memory default follows its device)."""
+        if task.optimizer not in self.optimizers:
             raise InputError("task.optimizer", f"{task.optimizer!r} has no cost data in profile {self.profile!r}",
                              f"use one of {self.optimizers} or collect data for it")
+        device = get_profile(self.profile).device
+        if task.topology.device != device:
+            raise InputError("topology.device", f"is {task.topology.device!r} but profile {self.profile!r} "
+                             f"prices {device} ranks", f"set topology.device to {device!r}, or use a "
+                             f"{task.topology.device} profile: {profiles_of_device(task.topology.device)}")
+
+    def estimate(self, plan: Plan) -> PlanCost:
+        task = plan.task
+        self.check_task(task)
         compute = self.rank_compute(rank_specs(plan))
         comm = self.comm.rank_comm_ms(rank_volumes(plan), task.topology)
         mem = rank_memory_gb(plan)

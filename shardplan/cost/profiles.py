@@ -8,31 +8,47 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Annotated, Literal
 
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..domain import Plan
 from ..errors import InputError
+from ..formats import parse_model, read_json, write_text_atomic
+from ..schema import NonNegInt, PosFloat, PosInt
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 PROFILE_DIR = DATA_DIR / "profiles"
+PROFILE_NAME = r"[a-z0-9][a-z0-9._-]{0,63}"
+PROFILE_FORMAT = "shardplan/profile@1"
+PROFILE_FILE = "profile.json"  # in the profile's folder, beside the cost data and models it owns
+DEFAULT_PROFILE = "cpu-2c"
 
 
 @dataclass(frozen=True)
 class Profile:
-    """How a machine kind is measured.
+    """How a machine kind is measured; read from ``data/profiles/<name>/profile.json``.
 
     ``threads``: intra-op threads one rank gets (on cpu-2c a rank is one
-    single-threaded process, so two can run side by side on the two cores).
+    single-threaded process, so two can run side by side on the two cores; 0 on a GPU).
     ``max_rows``: the largest table (rows) the profile's cost data covers;
-    ``collect_batch_sizes``: the global batch sizes the collector draws from.
+    ``collect_batch_sizes``: the global batch sizes the collector draws from;
+    ``max_sample_weight_bytes`` / ``max_sample_lookup_floats``: the budgets a random set's
+    weights and lookups a batch stay within, so each sample fits the device and times in about a second.
     ``cpu_model``: the host CPU its cost data was taken on, as ``/proc/cpuinfo`` names it
     (:func:`machine_stamp`). CPU kernel costs do not carry from one CPU to another: the same
     5,500 shard sets ran 0.63-1.21x as long on the Intel host as on the AMD one (10th-90th
     percentile, ``bench/profile_pair.py``), so measuring on another CPU is flagged.
     ``warmup`` / ``repeats``: the timing protocol (iterations discarded, then
     timed; the median is kept) shared by the collector and plan measurement, so
-    the model learns from exactly the instrument that later checks it.
+    the model learns from exactly the instrument that later checks it. A lent GPU is the
+    process's alone and CUDA events time it to the microsecond, so the GPU profiles time
+    over fewer calls (2 warm-up, median of 5): a short lease then holds twice the samples.
     """
 
     name: str
@@ -58,45 +74,151 @@ class Profile:
 
             torch.set_num_threads(self.threads)
 
+    def to_json(self) -> dict[str, object]:
+        """The ``shardplan/profile@1`` document of this profile."""
+        return {"format": PROFILE_FORMAT, **asdict(self), "collect_batch_sizes": list(self.collect_batch_sizes)}
 
-def _two_core_vm(name: str, cpu_model: str, machine: str) -> Profile:
-    """A 2-core CPU VM measured as ``cpu-2c`` is: one single-threaded process per rank, the same
-    sample budgets, so that two such profiles time the very same random sets."""
-    return Profile(name=name, device="cpu", threads=1, max_rows=1_000_000,
-                   collect_batch_sizes=(512, 1024, 2048, 4096, 8192),
-                   max_sample_weight_bytes=600 * 2**20, max_sample_lookup_floats=3.0e7,
-                   description=f"{machine}, FBGEMM CPU kernels, one single-threaded process per rank",
-                   cpu_model=cpu_model)
+    @classmethod
+    def from_json(cls, data: object) -> "Profile":
+        """A profile from its ``shardplan/profile@1`` document; a bad field is an :class:`InputError`."""
+        m = parse_model(_ProfileModel, data, "profile", "shardplan/cost/profiles.py")
+        return cls(**{**m.model_dump(exclude={"format"}), "collect_batch_sizes": tuple(m.collect_batch_sizes)})
 
 
-# A lent GPU is the process's alone and CUDA events time it to the microsecond, so its samples are timed
-# over fewer calls than the shared CPU VM's (2 warm-up, median of 5): the 15 minutes of GPU a session
-# gets then hold twice the samples.
-GPU_PROTOCOL = {"warmup": 2, "repeats": 5}
+class _ProfileModel(BaseModel):
+    """The schema of ``profile.json``: every field of :class:`Profile`, nothing else (a misspelt field
+    would otherwise fall back to a default and time with another protocol than the one written)."""
 
-PROFILES: dict[str, Profile] = {
-    "cpu-2c": _two_core_vm("cpu-2c", "AMD EPYC", "2-core AMD EPYC VM (32 MiB L3)"),
-    "cpu-2c-xeon": _two_core_vm("cpu-2c-xeon", "Intel(R) Xeon(R) Processor", "2-core Intel Xeon VM (480 MiB L3)"),
-    "h100": Profile(
-        name="h100", device="cuda", threads=0, max_rows=50_000_000,
-        collect_batch_sizes=(16384, 32768, 65536, 131072),
-        max_sample_weight_bytes=40 * 2**30, max_sample_lookup_floats=2.0e10,
-        description="one NVIDIA H100 80GB, FBGEMM CUDA kernels", **GPU_PROTOCOL),
-    "h200": Profile(
-        name="h200", device="cuda", threads=0, max_rows=50_000_000,
-        collect_batch_sizes=(16384, 32768, 65536, 131072),
-        max_sample_weight_bytes=80 * 2**30, max_sample_lookup_floats=2.0e10,
-        description="one NVIDIA H200 141GB, FBGEMM CUDA kernels", **GPU_PROTOCOL),
-}
-DEFAULT_PROFILE = "cpu-2c"
+    model_config = ConfigDict(extra="forbid")
+    format: Literal["shardplan/profile@1"]
+    name: Annotated[str, Field(pattern=PROFILE_NAME)]
+    device: Literal["cpu", "cuda"]
+    threads: NonNegInt
+    max_rows: PosInt
+    collect_batch_sizes: Annotated[list[PosInt], Field(min_length=1)]
+    max_sample_weight_bytes: PosInt
+    max_sample_lookup_floats: PosFloat
+    description: Annotated[str, Field(min_length=1)]
+    cpu_model: str = ""
+    warmup: NonNegInt = 3
+    repeats: PosInt = 10
+
+
+def load_profile_file(path: Path) -> Profile:
+    """The profile in ``path`` (a ``profile.json``), checked: its name must be its folder's."""
+    try:
+        profile = Profile.from_json(read_json(path))
+    except InputError as e:
+        raise InputError(f"{path}: {e.field}" if e.field else str(path), e.problem,
+                         e.fix or "fix the file, or remove its folder") from None
+    if profile.name != path.parent.name:
+        raise InputError(f"{path}: name", f"is {profile.name!r} but the file is in folder {path.parent.name!r}",
+                         "a profile's name is its folder's; rename one of them")
+    return profile
+
+
+def load_profiles(root: Path) -> tuple[dict[str, Profile], dict[str, str]]:
+    """Every profile under ``root`` (each folder with a ``profile.json``), by name, and apart from them
+    each folder whose file cannot be used, with why: one broken file must not take the others down."""
+    found: dict[str, Profile] = {}
+    broken: dict[str, str] = {}
+    for path in sorted(root.glob(f"*/{PROFILE_FILE}")):
+        try:
+            found[path.parent.name] = load_profile_file(path)
+        except InputError as e:
+            broken[path.parent.name] = str(e)
+    return found, broken
+
+
+# The registry, read once at import: the committed profiles and any a user added
+# (`shardplan profiles --new`, :func:`new_profile`, which also registers it here).
+PROFILES, BROKEN_PROFILES = load_profiles(PROFILE_DIR)
 
 
 def get_profile(name: str) -> Profile:
-    try:
+    if name in PROFILES:
         return PROFILES[name]
-    except KeyError:
-        raise InputError("profile", f"unknown hardware profile {name!r}",
-                         f"use one of {sorted(PROFILES)}") from None
+    if name in BROKEN_PROFILES:
+        raise InputError("profile", BROKEN_PROFILES[name])
+    raise InputError("profile", f"unknown hardware profile {name!r}",
+                     f"use one of {sorted(PROFILES)}, or add one: shardplan profiles --new {name} --like <profile>")
+
+
+def profiles_of_device(device: str) -> list[str]:
+    """The profiles that price ranks of ``device`` ("cpu" or "cuda")."""
+    return [name for name, p in PROFILES.items() if p.device == device]
+
+
+def profile_for(plan: Plan, given: str | None = None) -> str:
+    """The profile to price ``plan`` with: ``given``, else the one that priced it (its cost block), else
+    the default of its ranks' device; a GPU plan that names none must be told which GPU."""
+    if given is not None:
+        return given
+    if plan.cost is not None:
+        return plan.cost.profile
+    if plan.task.topology.device == "cpu":
+        return DEFAULT_PROFILE
+    raise InputError("profile", f"the plan's ranks are {plan.task.topology.device} and it names no profile "
+                     "(it has no cost block)", f"name one: {profiles_of_device(plan.task.topology.device)}")
+
+
+def new_profile(name: str, like: str, description: str | None = None) -> Profile:
+    """Add a profile of this machine: ``like``'s protocol and budgets under a new name, its folder
+    ``data/profiles/<name>/`` with ``profile.json`` and a README of the machine and what to run next.
+
+    A CPU profile records this host's CPU (so that its data can be collected here and only here); a GPU
+    profile, like the committed ones, its device. Nothing is written when the name is bad or taken.
+    """
+    base = get_profile(like)
+    if not re.fullmatch(PROFILE_NAME, name):
+        raise InputError("name", f"{name!r} is not a profile name",
+                         "use lower-case letters, digits, '.', '_' and '-', starting with a letter or digit")
+    folder = PROFILE_DIR / name
+    if name in PROFILES or name in BROKEN_PROFILES or (folder / PROFILE_FILE).exists():
+        raise InputError("name", f"profile {name!r} exists ({folder / PROFILE_FILE})", "choose another name")
+    cpu = host_cpu() if base.device == "cpu" else ""
+    machine = cpu or _gpu_name() or "a GPU machine"
+    profile = replace(base, name=name, cpu_model=cpu,
+                      description=description or f"{machine}, measured with {like}'s protocol and budgets")
+    if not (folder / "README.md").exists():  # a folder made by hand keeps its own notes
+        write_text_atomic(folder / "README.md", _new_profile_readme(profile, like))
+    write_text_atomic(folder / PROFILE_FILE, json.dumps(profile.to_json(), indent=2) + "\n")
+    PROFILES[name] = profile
+    return profile
+
+
+def _gpu_name() -> str:
+    """This machine's first GPU as CUDA names it, or "" without one."""
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
+
+
+def _new_profile_readme(profile: Profile, like: str) -> str:
+    """The new profile's README: the machine and libraries it starts on, and the commands that fill it."""
+    from .kernel import fbgemm_versions
+
+    stamp = machine_stamp()
+    libs = ", ".join(f"{k} {v}" for k, v in fbgemm_versions().items())
+    pin = "MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 taskset -c 1 " if profile.device == "cpu" else ""
+    device = _gpu_name() if profile.device == "cuda" else ""
+    cli, name = ".venv/bin/shardplan", profile.name
+    steps = [("random sets (at least 5,000)", f"{pin}{cli} collect compute --profile {name} --samples 5500 --seed 0"),
+             ("larger sets, never trained on", f"{pin}{cli} collect compute --profile {name} --seed 1 "
+                                               "--min-shards 16 --max-shards 40 --samples 300"),
+             ("communication", f"{cli} collect comm --profile {name}"),
+             ("the model", f"{cli} train --profile {name}"),
+             ("plan ranks, then train again", f"{pin}{cli} collect ranks --profile {name}`; "
+                                              f"`{cli} train --profile {name}")]
+    return "\n".join([
+        f"# Profile `{name}`", "",
+        f"Made {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by `shardplan profiles --new {name} --like {like}` "
+        f"on {stamp['cpu_model']!r} ({stamp['cpu_cores']} cores{f', {device}' if device else ''}; {libs}): "
+        f"`{like}`'s protocol and budgets (`profile.json`; edit it before collecting if this machine needs "
+        "others).", "",
+        "Fill it, with nothing else heavy running (the cores are the instrument), then commit this folder:", "",
+        "| step | command |", "| --- | --- |", *(f"| {step} | `{command}` |" for step, command in steps), "",
+        "Record here each file's dates, the machine's load and the command that made it.", ""])
 
 
 def machine_stamp() -> dict[str, object]:

@@ -41,6 +41,7 @@ class Searcher(ABC):
         return [self.search(task, estimator, seed)]
 
     def plan(self, task: Task, estimator: PlanEstimator, seed: int = 0) -> Plan:
+        estimator.check_task(task)  # a task the profile has no costs for is refused before any search
         t0 = time.perf_counter()
         tables = self.search(task, estimator, seed)
         return self._finish(task, tables, estimator, seed, time.perf_counter() - t0)
@@ -48,6 +49,7 @@ class Searcher(ABC):
     def plan_shortlist(self, task: Task, estimator: PlanEstimator, seed: int = 0) -> list[Plan]:
         """:meth:`shortlist` as finished plans (validated, predicted cost attached), the pick first;
         each plan's ``seconds`` is the whole search's."""
+        estimator.check_task(task)
         t0 = time.perf_counter()
         found = self.shortlist(task, estimator, seed)
         seconds = time.perf_counter() - t0
