@@ -197,3 +197,17 @@ def test_a_task_of_another_device_than_the_profiles_is_refused_before_searching(
     with pytest.raises(InputError, match="names no profile"):
         profile_for(replace(gpu, cost=None))
     assert profile_for(replace(load_plan(plan_dict), cost=None)) == profiles.DEFAULT_PROFILE
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="refusals of a machine without CUDA")
+def test_timing_a_gpu_profile_without_a_gpu_is_refused_and_writes_nothing(tmp_path, capsys):
+    """Measuring, calibrating or collecting for a GPU profile on a CPU host says so (exit 2), where a
+    traceback from deep in CUDA's generator (or nvidia-smi) used to come out; pricing the plan needs no GPU."""
+    plan = tmp_path / "plan.json"
+    assert main(["plan", "data/tasks/gpu-bench/gpu-bench-00.json", "--profile", "h100", "--searcher", "greedy-size",
+                 "-o", str(plan)]) == 0
+    for argv in (["evaluate", str(plan), "--measure", "-o", str(tmp_path / "m.json")],
+                 ["collect", "compute", "--profile", "h100", "--samples", "1", "--out", str(tmp_path / "c.parquet")]):
+        assert main(argv) == 2
+        assert "no CUDA device" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]

@@ -35,7 +35,7 @@ from tqdm import tqdm
 from ..domain import Table
 from ..errors import InputError
 from .draws import SetShape, random_sample
-from .kernel import QUIET_TOLERANCE, fbgemm_versions, time_reference, time_specs_bracketed
+from .kernel import QUIET_TOLERANCE, fbgemm_versions, require_device, time_reference, time_specs_bracketed
 from .profiles import Profile, load1, machine_stamp, reference_ms
 from .specs import ShardSpec, specs_from_json, specs_to_json
 
@@ -55,6 +55,8 @@ def _stamp(profile: Profile, optimizer: str, dtype: str) -> dict[str, object]:
     gpu: dict[str, object] = {}
     if profile.device == "cuda":  # the GPU, its driver and CUDA, beside the host
         import subprocess
+
+        require_device(profile.device)  # before nvidia-smi, which a CPU host does not have either
 
         query = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,uuid", "--format=csv,noheader"],
                                capture_output=True, text=True).stdout

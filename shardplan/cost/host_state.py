@@ -223,15 +223,11 @@ def time_host_reference(profile: Any, readings: int = HOST_REFERENCE_READINGS,
     divided by the reference instead) and a machine without CUDA, naming ``flag``, the option that asked."""
     import statistics
 
-    import torch
-
-    from .kernel import time_reference
+    from .kernel import require_device, time_reference
 
     if profile.device != "cuda":
         raise InputError(flag, f"{profile.name!r} is a CPU profile, whose measurements are divided by the "
                          "reference instead", "give a GPU profile (h100, h200) with --profile")
-    if not torch.cuda.is_available():
-        raise InputError(flag, f"profile {profile.name!r} runs on CUDA and this machine has no CUDA device",
-                         "run it on the machine to be priced, or give that machine's reference in ms")
+    require_device(profile.device, flag, "run it on the machine to be priced, or give that machine's reference in ms")
     times = [time_reference(profile.device) for _ in range(readings)]
     return statistics.median(times), times

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from ..errors import InputError
 from .ids import Bags, shard_bags, shard_bags_torch, table_bags, table_bags_torch
 from .specs import ShardSpec
 
@@ -168,10 +169,20 @@ def time_shards(shards: list[ShardInput], optimizer: str = "sgd", dtype: str = "
     return FusedOp(shards, optimizer, dtype, device).run(warmup, repeats)
 
 
+def require_device(device: str, field: str = "profile",
+                   fix: str = "measure on a machine with the GPU; planning and predicted costs need none") -> None:
+    """Refuse to time on a CUDA device this machine does not have (a GPU profile's kernels on a CPU host),
+    with an :class:`InputError` naming ``field``, before anything is built or written."""
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise InputError(field, f"timing on {device} (a GPU profile's kernels) and this machine has no CUDA "
+                         "device", fix)
+
+
 def shard_inputs(specs: list[ShardSpec], id_seed: int, device: str = "cpu") -> list[ShardInput]:
     """Materialise the lookups of each shard spec (DESIGN.md's id recipe): NumPy's generator for the
     CPU, torch's on a CUDA device (see :mod:`shardplan.cost.ids` for why two)."""
     on_device = torch.device(device).type == "cuda"
+    require_device(device)  # every timing draws its ids here first: a missing GPU is refused here
     draw, cut = (table_bags_torch, shard_bags_torch) if on_device else (table_bags, shard_bags)
     extra = {"device": device} if on_device else {}
     inputs = []
