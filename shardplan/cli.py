@@ -493,16 +493,19 @@ MEASURED_DMP = ("measured: wall-clock of the timed iterations of a real multi-pr
 def _cmd_train_dmp(args: argparse.Namespace) -> int:
     import statistics
 
+    from .cost.kernel import require_device
+    from .cost.profiles import profile_for
     from .execute.dmp import compare, default_backend, memory_rows, torchrec_plan_for
     from .formats import load_plan, write_json_atomic
     from .validate import validate_plan
 
     plan = load_plan(args.plan)
     validate_plan(plan)
+    require_device(plan.task.topology.device, "topology.device", "train a GPU plan on a machine with the GPUs")
     backend = args.backend or default_backend(plan)
     plans = {"plan": plan}
     if args.vs_torchrec:
-        plans["torchrec"] = torchrec_plan_for(plan.task, backend)
+        plans["torchrec"] = torchrec_plan_for(plan.task, backend, profile_for(plan))
     results = compare(plans, args.iterations, args.warmup, args.rounds, args.seed, backend)
     rows = []
     for name, runs in results.items():

@@ -174,8 +174,7 @@ def require_device(device: str, field: str = "profile",
     """Refuse to time on a CUDA device this machine does not have (a GPU profile's kernels on a CPU host),
     with an :class:`InputError` naming ``field``, before anything is built or written."""
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
-        raise InputError(field, f"timing on {device} (a GPU profile's kernels) and this machine has no CUDA "
-                         "device", fix)
+        raise InputError(field, f"asks for {device} kernels and this machine has no CUDA device", fix)
 
 
 def shard_inputs(specs: list[ShardSpec], id_seed: int, device: str = "cpu") -> list[ShardInput]:

@@ -105,8 +105,10 @@ def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profi
     tasks = sorted(suite.glob(pattern))[:limit]
     if not tasks:
         raise InputError(str(suite), "holds no task files (*.json)")
+    from ..cost.kernel import require_device
     from ..formats import load_task
 
+    require_device(get_profile(profile).device)  # before the first task's planning, not after it
     load_before = load1()
     out_dir.mkdir(parents=True, exist_ok=True)
     partial = out_dir / f"{name}.partial.csv"

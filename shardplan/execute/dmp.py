@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from ..cost.ids import table_bags
+from ..cost.profiles import DEFAULT_PROFILE
 from ..domain import Plan, Task
 from ..errors import InputError
 
@@ -155,13 +156,14 @@ def memory_rows(plan: Plan, result: TrainResult) -> list[dict]:
             for r, (m, a) in enumerate(zip(rank_memory(plan), result.allocated))]
 
 
-def torchrec_plan_for(task: Task, backend: str) -> Plan:
-    """TorchRec's own plan of ``task``, limited to the sharding types ``backend`` can run."""
+def torchrec_plan_for(task: Task, backend: str, profile: str = DEFAULT_PROFILE) -> Plan:
+    """TorchRec's own plan of ``task``, limited to the sharding types ``backend`` can run, priced by
+    ``profile`` (that of the plan it is trained beside)."""
     from ..planning import estimator
     from ..search import get_searcher
 
     types = GLOO_TYPES if backend == "gloo" else None
-    return get_searcher("torchrec", types).plan(task, estimator(), seed=0)
+    return get_searcher("torchrec", types).plan(task, estimator(profile), seed=0)
 
 
 def gloo_plans(task: Task, peers: list[str], estimator) -> tuple[dict[str, Plan], dict[str, str]]:
