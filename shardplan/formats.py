@@ -138,7 +138,8 @@ def cost_to_dict(cost: PlanCost) -> dict[str, Any]:
 
 
 def load_plan(source: Source) -> Plan:
-    """Read a ``shardplan/plan@1``. Structure only; :func:`shardplan.validate.validate_plan` checks tiling and memory."""
+    """Read a ``shardplan/plan@1``. Structure only; :func:`shardplan.validate.validate_plan` checks tiling
+    and memory."""
     return plan_from_model(parse_model(PlanModel, read_json(source), "plan"))
 
 

@@ -85,7 +85,8 @@ def _cell(v: float | None, fmt: str = "{:.2f}") -> str:
 
 def _comparison(plans: Sequence[Plan]) -> str:
     head = ["plan", "ranks", "tables", "predicted max ms", "predicted max/mean", "measured max ms",
-            "measured max/mean", "vs task's first plan (predicted)", "vs task's first plan (measured)", "max memory GB / cap",
+            "measured max/mean", "vs task's first plan (predicted)", "vs task's first plan (measured)",
+            "max memory GB / cap",
             "sharding types", "planning s"]
     rows = []
     first: dict[str, Plan] = {}

@@ -193,7 +193,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     check_context_code(context_code, context_totals, ("--context-code", "--context-totals"))  # before any data
     data_dir = data_dir or profile.dir
     out_dir = out_dir or data_dir
-    nominal = reference_nominal(pd.read_parquet(data_dir / "compute.parquet", columns=["ref_before_ms", "ref_after_ms"]))
+    nominal = reference_nominal(pd.read_parquet(data_dir / "compute.parquet",
+                                                columns=["ref_before_ms", "ref_after_ms"]))
     # A shared CPU VM drifts, and its labels are divided by the slowdown the reference shows. On a lent
     # GPU the reference (a fraction of a ms) reads the host's launch jitter, which only short ops feel:
     # the labels lose the share of it each op's length shows on the training split (host_state.py).

@@ -185,7 +185,8 @@ def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, loa
                                                       if s in bal.groups else "-")
     summary["median_plan_s"] = summary.searcher.map(df.groupby("searcher")["plan_seconds"].median())
     # Searcher.plan validates every plan it returns, so "not planned" means it reported the task infeasible.
-    summary["not_planned"] = summary.searcher.map(df.groupby("searcher")["valid"].apply(lambda v: int((~v.astype(bool)).sum())))
+    invalid = df.groupby("searcher")["valid"].apply(lambda v: int((~v.astype(bool)).sum()))
+    summary["not_planned"] = summary.searcher.map(invalid)
     foreign = foreign_host_note(get_profile(profile))
     lines = [f"# shardplan bench: `{suite}` on profile `{profile}`", "",
              *([f"**Measured on another CPU than the profile's**: {foreign}.", ""] if foreign else []),
@@ -199,11 +200,13 @@ def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, loa
              "every visit of its plans) plus comm "
              "from the profile's comm model; predicted = the neural cost model plus the same comm model. "
              "Plan cost = slowest rank, ms. `geomean_vs_best_greedy`: over the best of the literature's greedy "
-             f"baselines on each task ({', '.join(greedy) or 'none run'})." + (f" Command: `{command}`." if command else ""), "",
+             f"baselines on each task ({', '.join(greedy) or 'none run'})."
+             + (f" Command: `{command}`." if command else ""), "",
              "## Summary", "", summary.to_markdown(index=False, floatfmt=".3f"), "",
              "## Per task", "",
              df[["task", "tables", "ranks", "searcher", "measured_ms", "imbalance", "predicted_ms",
-                 "plan_seconds", "valid", "error"]].astype({"error": object}).fillna({"error": ""}).to_markdown(index=False, floatfmt=".3f"),
+                 "plan_seconds", "valid", "error"]].astype({"error": object}).fillna({"error": ""})
+             .to_markdown(index=False, floatfmt=".3f"),
              ""]
     return "\n".join(lines)
 

@@ -215,7 +215,8 @@ def dense_arch(task: Task):
 
 
 def dlrm(task: Task):
-    """The model: bottom MLP, the task's EmbeddingBagCollection (on meta: DMP materialises the shards), concatenation, top MLP."""
+    """The model: bottom MLP, the task's EmbeddingBagCollection (on meta: DMP materialises the shards),
+    concatenation, top MLP."""
     import torch
     from torch import nn
 

@@ -235,7 +235,8 @@ def measure_plan_calibrated(plan: Plan, profile_name: str = DEFAULT_PROFILE, rou
     return PlanCost(kind="measured", profile=profile.name, per_rank=ranks, extra={
         "compute": (f"measured: FBGEMM {profile.device} TBE fwd/bwd, each rank timed in turn with the "
                     f"{NEIGHBOURS} stored ranks nearest it by {', '.join(FEATURES)} (calibration.POINT_NAMES), "
-                    f"divided by their raw-over-label ratio (neighbour calibration), geometric mean of {rounds} round(s)"),
+                    "divided by their raw-over-label ratio (neighbour calibration), geometric mean of "
+                    f"{rounds} round(s)"),
         "calibration_neighbours_by": ",".join(FEATURES),
         "calibration_factor_per_rank": [round(gmean([c.factor for c in timings[r]]), 4) if r in timings else None
                                         for r in range(len(specs))],

@@ -108,7 +108,8 @@ def _initial_state(task: Task, allowed: frozenset[str] | None = None) -> State:
             if slice_bytes > cap - taken:
                 raise InfeasibleError(
                     f"tables.{t.name}", f"needs {whole / GB:.3f} GB and does not fit even split row-wise over "
-                    f"all {len(ranks)} ranks beside the larger tables", "raise topology.memory_per_rank_gb or add ranks")
+                    f"all {len(ranks)} ranks beside the larger tables",
+                    "raise topology.memory_per_rank_gb or add ranks")
             taken += slice_bytes
         else:
             kinds[t.name] = ("tw", 1)

@@ -141,7 +141,8 @@ class Placer:
 
     def table_costs(self) -> np.ndarray:
         """Each table's predicted fwd+bwd ms alone on a rank, whole (in task order)."""
-        specs = [shard_spec(self.task, t, "table_wise", Shard(0, 0, t.num_embeddings, 0, t.embedding_dim)) for t in self.task.tables]
+        specs = [shard_spec(self.task, t, "table_wise", Shard(0, 0, t.num_embeddings, 0, t.embedding_dim))
+                 for t in self.task.tables]
         return self.encode(specs)[1].sum(axis=1)
 
     def unit_inputs(self, units: list[Unit]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -151,7 +152,8 @@ class Placer:
         missing = [u for u in dict.fromkeys(units) if u not in self._units]
         if missing:
             shards = [Shard(0, 0, u.table.num_embeddings, u.col_offset, u.num_cols) for u in missing]
-            codes, times = self.encode([shard_spec(self.task, u.table, "table_wise", s) for u, s in zip(missing, shards)])
+            codes, times = self.encode([shard_spec(self.task, u.table, "table_wise", s)
+                                        for u, s in zip(missing, shards)])
             for u, s, c, t in zip(missing, shards, codes, times):
                 self._units[u] = (c, t, float(shard_bytes(self.task, u.table, "column_wise", s)))
         rows = [self._units[u] for u in units]
@@ -162,7 +164,8 @@ class Placer:
         """``fixed`` plus the units placed on ranks ``where``: whole tables table-wise, blocks column-wise."""
         placed: dict[str, list[Shard]] = {}
         for u, r in zip(units, where):
-            placed.setdefault(u.table.name, []).append(Shard(int(r), 0, u.table.num_embeddings, u.col_offset, u.num_cols))
+            shard = Shard(int(r), 0, u.table.num_embeddings, u.col_offset, u.num_cols)
+            placed.setdefault(u.table.name, []).append(shard)
         out = list(fixed)
         for name, shs in placed.items():
             whole = len(shs) == 1 and shs[0].num_cols == self.task.table(name).embedding_dim

@@ -140,7 +140,8 @@ class _State:
             dcols = self.cols[theirs][None] - self.cols[mine][:, None]
             a_sw = p.ms((self.code_sum[a] + dc).reshape(n * v, -1), (self.time_sum[a] + dt).reshape(n * v, -1),
                         np.full(n * v, self.count[a]), np.full(n * v, self.apart[a])).reshape(n, v)
-            b_sw = p.ms((self.code_sum[b][None] - dc).reshape(n * v, -1), (self.time_sum[b][None] - dt).reshape(n * v, -1),
+            b_sw = p.ms((self.code_sum[b][None] - dc).reshape(n * v, -1),
+                        (self.time_sum[b][None] - dt).reshape(n * v, -1),
                         np.tile(self.count[b], n), np.tile(self.apart[b], n)).reshape(n, v)
             pair = np.maximum(sa * a_sw + self.comm[a] + self.kappa * dcols,
                               self.scale[b][None] * b_sw + self.comm[b][None] - self.kappa * dcols)

@@ -106,7 +106,8 @@ def load_policy(path: Path, profile: str | None = None) -> tuple[PolicyNet, dict
         net = PolicyNet(len(RANK_FEATURES), state["hidden"])
         net.load_state_dict({k: torch.tensor(v) for k, v in state["state_dict"].items()})
     except (OSError, ValueError, KeyError, TypeError, RuntimeError) as e:
-        raise InputError(str(path), f"not a usable RL policy: {e}", "retrain it with `shardplan train-policy`") from None
+        raise InputError(str(path), f"not a usable RL policy: {e}",
+                         "retrain it with `shardplan train-policy`") from None
     meta = state.get("metadata", {})
     if profile is not None:
         _check_profile(path, meta, profile)
@@ -202,7 +203,8 @@ def train_policy(estimator: PlanEstimator, out: Path, updates: int = 300, tasks_
             results = [(lp, env.plan_cost()) for lp in (rollout(env, net, "train", rng) for _ in range(rollouts))]
             rewards = torch.tensor([-c / lower for _, c in results])
             adv = rewards - rewards.mean()
-            loss = loss - sum(a * lp for a, (lp, _) in zip(adv, results) if lp is not None) / (rollouts * tasks_per_update)
+            gain = sum(a * lp for a, (lp, _) in zip(adv, results) if lp is not None)
+            loss = loss - gain / (rollouts * tasks_per_update)
             ratios.append(float(-rewards.mean()))
         opt.zero_grad()
         if loss.requires_grad:

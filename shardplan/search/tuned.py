@@ -40,7 +40,8 @@ class NeuroShardOptuna(Searcher):
             lo = trial.suggest_float("grid_lo", 1.0, 1.3)
             hi = trial.suggest_float("grid_hi", 1.2, 3.0)
             # Trial 0 is the enqueued defaults: the exact default grid, so tuning never predicts worse.
-            grid = GRID if trial.number == 0 else tuple(float(x) for x in np.linspace(lo, max(lo, hi), 5)) + (float("inf"),)
+            grid = (GRID if trial.number == 0
+                    else tuple(float(x) for x in np.linspace(lo, max(lo, hi), 5)) + (float("inf"),))
 
             def on_step(step: int, best: float) -> None:
                 trial.report(best, step)
