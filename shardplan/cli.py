@@ -401,6 +401,9 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
         return 0
     if args.like or args.description:
         raise InputError("--like" if args.like else "--description", "only goes with --new NAME")
+    if args.show:
+        print(_profile_progress(args.show))
+        return 0
     here = host_profile()
     print(f"this host: {host_cpu()!r}; its profile: {here.name if here else 'none trained'}")
     for name, p in PROFILES.items():
@@ -414,6 +417,30 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     if args.host_reference:
         print(_host_reference_note(args.profile))
     return 0
+
+
+def _profile_progress(name: str) -> str:
+    """``profiles --show NAME``: the profile's protocol, each step's file and what it holds, the next command."""
+    from tabulate import tabulate
+
+    from .cost.profile_steps import progress
+    from .cost.profiles import get_profile
+
+    p = get_profile(name)
+    done = progress(p)
+    rows = [[s.name, s.file, detail or ("missing" + (" (planning needs it)" if s.needed_to_plan else ""))]
+            for s, detail in done]
+    todo = [s for s, detail in done if detail is None]
+    protocol = (f"{p.device}{f', {p.threads} thread(s) a rank' if p.device == 'cpu' else ''}, "
+                f"{p.warmup} warm-up then the median of "
+                f"{p.repeats}, global batches {', '.join(map(str, p.collect_batch_sizes))}"
+                + (f", CPU {p.cpu_model!r}" if p.cpu_model else ""))
+    lines = [f"{p.name}: {p.description}", f"{p.dir / 'profile.json'}: {protocol}", "",
+             tabulate(rows, headers=["step", "file", "holds"])]
+    if todo:
+        first = next((s for s in todo if s.needed_to_plan), todo[0])
+        lines += ["", f"next ({first.name}): {first.command.replace('`', '')}"]
+    return "\n".join(lines)
 
 
 def _host_state_note(profile: Profile) -> str:
@@ -664,6 +691,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "(profile.json and a README of what to collect), with --like's protocol and budgets")
     prof.add_argument("--like", metavar="PROFILE", help="with --new: the profile to copy (e.g. cpu-2c, h100)")
     prof.add_argument("--description", help="with --new: one line on the machine (default: said for you)")
+    prof.add_argument("--show", metavar="NAME", help="one profile: its protocol, which of its files are there and "
+                      "what they hold, and the next command to run")
     prof.set_defaults(func=_cmd_profiles)
 
     rep = with_profile(sub.add_parser("report", help="self-contained HTML report of one or more plans"),

@@ -158,7 +158,7 @@ def test_a_broken_profile_file_names_its_field_and_spares_the_others(profile_dir
     assert "unusable" in capsys.readouterr().out
 
 
-def test_a_new_profile_collects_and_trains_on_its_own_data(host, profile_dir):
+def test_a_new_profile_collects_and_trains_on_its_own_data(host, profile_dir, capsys):
     """The whole way a user brings a machine: a profile of it, real FBGEMM timings in its folder, a model
     trained from them; planning then asks for the one piece still missing (its comm data)."""
     from shardplan.cost.collect import collect_compute
@@ -166,14 +166,26 @@ def test_a_new_profile_collects_and_trains_on_its_own_data(host, profile_dir):
     from shardplan.cost.train import train_and_report
     from shardplan.domain import Table
 
+    from shardplan.cost.profile_steps import progress
+
     host(AMD)
     made = profiles.new_profile("amd-guest", "cpu-2c")
+    assert [detail for _, detail in progress(made)] == [None] * 6  # nothing collected yet
     pool = [Table(f"p{i}", 400 * (i + 1), 16, 2.0 + i) for i in range(6)]
     collect_compute(made, pool, made.dir / "compute.parquet", 16, seed=0, repeats=2, warmup=1, max_shards=3)
     meta = train_and_report(made, epochs=2, progress=False)
     assert meta["profile"] == "amd-guest" and (made.dir / "compute-model.json").exists()
     with pytest.raises(InputError, match="collect comm"):
         load_estimator("amd-guest")
+    # `profiles --show` reads the folder back: what each file holds, and the command planning still needs
+    held = {s.file: detail for s, detail in progress(made)}
+    assert held["compute.parquet"].startswith("16 rows, ") and "held out fwd+bwd MAPE" in held["compute-model.json"]
+    assert held["comm-model.json"] is None
+    (made.dir / "rl-policy.json").write_text("{")  # a file it cannot read is reported, not fatal
+    held = {s.file: detail for s, detail in progress(made)}
+    assert held["rl-policy.json"].startswith("unreadable")
+    assert main(["profiles", "--show", "amd-guest"]) == 0
+    assert "next (communication): .venv/bin/shardplan collect comm --profile amd-guest" in capsys.readouterr().out
 
 
 def test_a_task_of_another_device_than_the_profiles_is_refused_before_searching(plan_dict):

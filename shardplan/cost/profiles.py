@@ -197,27 +197,22 @@ def _gpu_name() -> str:
 def _new_profile_readme(profile: Profile, like: str) -> str:
     """The new profile's README: the machine and libraries it starts on, and the commands that fill it."""
     from .kernel import fbgemm_versions
+    from .profile_steps import steps
 
     stamp = machine_stamp()
     libs = ", ".join(f"{k} {v}" for k, v in fbgemm_versions().items())
-    pin = "MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 taskset -c 1 " if profile.device == "cpu" else ""
     device = _gpu_name() if profile.device == "cuda" else ""
-    cli, name = ".venv/bin/shardplan", profile.name
-    steps = [("random sets (at least 5,000)", f"{pin}{cli} collect compute --profile {name} --samples 5500 --seed 0"),
-             ("larger sets, never trained on", f"{pin}{cli} collect compute --profile {name} --seed 1 "
-                                               "--min-shards 16 --max-shards 40 --samples 300"),
-             ("communication", f"{cli} collect comm --profile {name}"),
-             ("the model", f"{cli} train --profile {name}"),
-             ("plan ranks, then train again", f"{pin}{cli} collect ranks --profile {name}`; "
-                                              f"`{cli} train --profile {name}")]
+    name = profile.name
     return "\n".join([
         f"# Profile `{name}`", "",
         f"Made {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by `shardplan profiles --new {name} --like {like}` "
         f"on {stamp['cpu_model']!r} ({stamp['cpu_cores']} cores{f', {device}' if device else ''}; {libs}): "
         f"`{like}`'s protocol and budgets (`profile.json`; edit it before collecting if this machine needs "
         "others).", "",
-        "Fill it, with nothing else heavy running (the cores are the instrument), then commit this folder:", "",
-        "| step | command |", "| --- | --- |", *(f"| {step} | `{command}` |" for step, command in steps), "",
+        "Fill it, with nothing else heavy running (the cores are the instrument), then commit this folder "
+        f"(`shardplan profiles --show {name}` says how far it has got):", "",
+        "| step | file | command |", "| --- | --- | --- |",
+        *(f"| {s.name} | `{s.file}` | `{s.command}` |" for s in steps(profile)), "",
         "Record here each file's dates, the machine's load and the command that made it.", ""])
 
 
