@@ -17,8 +17,8 @@ from .validate import plan_problems, validate_plan  # noqa: F401
 
 # the public API: what ``from shardplan import *`` gives and what the docs promise to keep
 __all__ = ["InfeasibleError", "InputError", "Plan", "PlanCost", "RankCost", "Shard", "Table", "TableSharding",
-           "Task", "Topology", "__version__", "estimator", "evaluate", "load_plan", "load_task", "make_task", "plan",
-           "plan_problems", "save_plan", "save_task", "to_torchrec_plan", "validate_plan"]
+           "Task", "Topology", "__version__", "estimator", "evaluate", "from_torchrec_plan", "load_plan", "load_task",
+           "make_task", "plan", "plan_problems", "save_plan", "save_task", "to_torchrec_plan", "validate_plan"]
 
 
 def to_torchrec_plan(p: Plan):
@@ -26,3 +26,11 @@ def to_torchrec_plan(p: Plan):
     from .search.torchrec_adapter import to_torchrec_plan as convert
 
     return convert(p)
+
+
+def from_torchrec_plan(task: Task, sharding_plan, module_path: str | None = None) -> Plan:
+    """A TorchRec ``ShardingPlan`` of ``task``'s tables as a validated :class:`Plan`, ready for
+    :func:`evaluate` (see :func:`shardplan.search.torchrec_adapter.plan_from_torchrec`)."""
+    from .search.torchrec_adapter import plan_from_torchrec
+
+    return plan_from_torchrec(task, sharding_plan, module_path)

@@ -176,6 +176,35 @@ def test_torchrec_plan_round_trip(plan_dict):
     assert tuple(from_torchrec_plan(plan.task, ps)) == plan.tables
 
 
+def test_a_torchrec_plan_a_trainer_runs_is_read_back_to_be_priced(plan_dict):
+    """The public way in: a TorchRec ``ShardingPlan`` (whole, or one module's) of the task's tables becomes a
+    validated Plan that evaluate prices; a plan of other tables, or of several modules unnamed, is refused
+    naming what differs."""
+    from torchrec.distributed.types import ShardingPlan
+
+    import shardplan
+
+    plan = load_plan(plan_dict)
+    back = shardplan.from_torchrec_plan(plan.task, shardplan.to_torchrec_plan(plan))
+    assert back.tables == plan.tables and back.cost is None
+    assert shardplan.evaluate(back).cost.max_ms == pytest.approx(shardplan.evaluate(plan).cost.max_ms)
+    module = shardplan.to_torchrec_plan(plan).plan[""]
+    assert shardplan.from_torchrec_plan(plan.task, module).tables == plan.tables
+    two = ShardingPlan(plan={"sparse.ebc": module, "other.ebc": module})
+    with pytest.raises(InputError, match="module_path"):
+        shardplan.from_torchrec_plan(plan.task, two)
+    assert shardplan.from_torchrec_plan(plan.task, two, "sparse.ebc").tables == plan.tables
+    with pytest.raises(InputError, match="module_path"):
+        shardplan.from_torchrec_plan(plan.task, two, "nope")
+    fewer = {name: ps for name, ps in module.items() if name != "a"}
+    with pytest.raises(InputError, match=r"not in the plan: \['a'\]"):
+        shardplan.from_torchrec_plan(plan.task, fewer)
+    # a plan that does not tile its table is caught by the validator, as a plan file would be
+    module["c"].sharding_spec.shards[1].shard_sizes[1] -= 4
+    with pytest.raises(InputError):
+        shardplan.from_torchrec_plan(plan.task, module)
+
+
 def _bigger_task(task_dict):
     task_dict["tables"] += [{"name": f"x{i}", "num_embeddings": 400 * (i + 1), "embedding_dim": 8 * (1 + i % 4),
                              "pooling_factor": 1.0 + 3 * i, "zipf_alpha": 0.1 * i} for i in range(9)]

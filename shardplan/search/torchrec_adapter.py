@@ -7,15 +7,16 @@
   anywhere); its shard offsets and sizes are ``ShardMetadata``'s, like ours.
 * :func:`to_torchrec_plan` turns any of our plans into a ``ShardingPlan`` of
   ``ParameterSharding``s for an ``EmbeddingBagCollection`` whose tables carry the
-  task's table names (module path ``module_path``).
+  task's table names (module path ``module_path``); :func:`plan_from_torchrec`
+  reads one back, so that a plan a trainer runs today is priced and measured as ours are.
 """
 from __future__ import annotations
 
 from typing import Iterable
 
 from ..cost.estimator import PlanEstimator
-from ..domain import Plan, Shard, TableSharding, Task
-from ..errors import InfeasibleError
+from ..domain import SHARDING_TYPES, Plan, Shard, TableSharding, Task
+from ..errors import InfeasibleError, InputError
 from .base import Searcher, register
 
 _FROM_TORCHREC = {"table_column_wise": "column_wise"}
@@ -65,6 +66,9 @@ def from_torchrec_plan(task: Task, module_plan) -> list[TableSharding]:
     for t in task.tables:
         ps = module_plan[t.name]
         st = _FROM_TORCHREC.get(ps.sharding_type, ps.sharding_type)
+        if st not in SHARDING_TYPES:
+            raise InputError(f"{t.name}.sharding_type", f"TorchRec's {ps.sharding_type!r} has no shardplan "
+                             f"counterpart", f"plan the table with one of {list(SHARDING_TYPES)}")
         if st == "data_parallel":
             shards = tuple(Shard(r, 0, t.num_embeddings, 0, t.embedding_dim)
                            for r in range(task.topology.world_size))
@@ -74,6 +78,39 @@ def from_torchrec_plan(task: Task, module_plan) -> list[TableSharding]:
                            for m in ps.sharding_spec.shards)
         out.append(TableSharding(t.name, st, shards, compute_kernel=str(ps.compute_kernel)))
     return out
+
+
+def plan_from_torchrec(task: Task, sharding_plan, module_path: str | None = None) -> Plan:
+    """A TorchRec ``ShardingPlan`` (or one module's ``{table: ParameterSharding}``) of ``task``'s tables as a
+    validated :class:`Plan`, to price or measure it like any other: the plan a trainer runs today, against
+    shardplan's. Its tables are matched by name; ``module_path`` picks the module where the plan shards
+    several (TorchRec's paths, e.g. ``"sparse_arch.embedding_bag_collection"``)."""
+    from ..validate import validate_plan
+    from .base import in_task_order
+
+    modules = getattr(sharding_plan, "plan", None)
+    if modules is None:  # already one module's plan
+        module_plan, where = sharding_plan, "the module plan"
+    elif module_path is not None:
+        if module_path not in modules:
+            raise InputError("module_path", f"{module_path!r} is not a module of the plan",
+                             f"use one of {sorted(modules)}")
+        module_plan, where = modules[module_path], f"module {module_path!r}"
+    elif len(modules) == 1:
+        (path, module_plan), = modules.items()
+        where = f"module {path!r}"
+    else:
+        raise InputError("module_path", f"the plan shards {len(modules)} modules", f"name one: {sorted(modules)}")
+    names = {t.name for t in task.tables}
+    missing, extra = sorted(names - set(module_plan)), sorted(set(module_plan) - names)
+    if missing or extra:
+        raise InputError("tables", f"{where} and the task differ: "
+                         + "; ".join(part for part in (f"not in the plan: {missing[:5]}" if missing else "",
+                                                       f"not in the task: {extra[:5]}" if extra else "") if part),
+                         "give the task whose tables the plan shards (names as the EmbeddingBagConfigs name them)")
+    plan = in_task_order(task, from_torchrec_plan(task, module_plan))
+    validate_plan(plan)
+    return plan
 
 
 def to_torchrec_plan(plan: Plan, module_path: str = ""):
