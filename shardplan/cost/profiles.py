@@ -200,7 +200,12 @@ def _new_profile_readme(profile: Profile, like: str) -> str:
     from .profile_steps import steps
 
     stamp = machine_stamp()
-    libs = ", ".join(f"{k} {v}" for k, v in fbgemm_versions().items())
+    try:
+        libs = ", ".join(f"{k} {v}" for k, v in fbgemm_versions().items())
+    except ImportError:  # a profile may be made before FBGEMM is installed (a lent GPU's first call)
+        import torch
+
+        libs = f"torch {torch.__version__}, no fbgemm_gpu yet"
     device = _gpu_name() if profile.device == "cuda" else ""
     name = profile.name
     return "\n".join([
