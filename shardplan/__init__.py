@@ -21,11 +21,14 @@ __all__ = ["InfeasibleError", "InputError", "Plan", "PlanCost", "RankCost", "Sha
            "make_task", "plan", "plan_problems", "save_plan", "save_task", "to_torchrec_plan", "validate_plan"]
 
 
-def to_torchrec_plan(p: Plan):
-    """The TorchRec ``ShardingPlan`` of a plan (see :mod:`shardplan.search.torchrec_adapter`)."""
+def to_torchrec_plan(p: Plan, module_path: str = ""):
+    """The TorchRec ``ShardingPlan`` of a plan, for ``DistributedModelParallel(model, plan=...)``: ``module_path``
+    is where the model holds its ``EmbeddingBagCollection`` (e.g. ``"sparse_arch.embedding_bag_collection"``;
+    "" when the collection is the model), whose tables carry the task's table names
+    (see :mod:`shardplan.search.torchrec_adapter`)."""
     from .search.torchrec_adapter import to_torchrec_plan as convert
 
-    return convert(p)
+    return convert(p, module_path)
 
 
 def from_torchrec_plan(task: Task, sharding_plan, module_path: str | None = None) -> Plan:

@@ -190,6 +190,9 @@ def test_a_torchrec_plan_a_trainer_runs_is_read_back_to_be_priced(plan_dict):
     assert shardplan.evaluate(back).cost.max_ms == pytest.approx(shardplan.evaluate(plan).cost.max_ms)
     module = shardplan.to_torchrec_plan(plan).plan[""]
     assert shardplan.from_torchrec_plan(plan.task, module).tables == plan.tables
+    nested = shardplan.to_torchrec_plan(plan, "sparse_arch.embedding_bag_collection")  # a trainer's model path
+    assert list(nested.plan) == ["sparse_arch.embedding_bag_collection"]
+    assert shardplan.from_torchrec_plan(plan.task, nested).tables == plan.tables
     two = ShardingPlan(plan={"sparse.ebc": module, "other.ebc": module})
     with pytest.raises(InputError, match="module_path"):
         shardplan.from_torchrec_plan(plan.task, two)
