@@ -435,8 +435,13 @@ def _profile_progress(name: str) -> str:
                 f"{p.warmup} warm-up then the median of "
                 f"{p.repeats}, global batches {', '.join(map(str, p.collect_batch_sizes))}"
                 + (f", CPU {p.cpu_model!r}" if p.cpu_model else ""))
-    lines = [f"{p.name}: {p.description}", f"{p.dir / 'profile.json'}: {protocol}", "",
-             tabulate(rows, headers=["step", "file", "holds"])]
+    lines = [f"{p.name}: {p.description}", f"{p.dir / 'profile.json'}: {protocol}"]
+    if p.published:
+        f = p.published
+        lines.append(f"published (modelled, not measured): HBM {f.hbm_bytes_per_s / 1e12:g} TB/s ({f.hbm_source}); "
+                     f"NVLink {f.nvlink_gbps:g} GB/s and network {f.network_gbps:g} GB/s each way, latency "
+                     f"{f.alpha_intra_us:g}/{f.alpha_inter_us:g} us ({f.comm_source})")
+    lines += ["", tabulate(rows, headers=["step", "file", "holds"])]
     if todo:
         first = next((s for s in todo if s.needed_to_plan), todo[0])
         lines += ["", f"next ({first.name}): {first.command.replace('`', '')}"]

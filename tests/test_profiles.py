@@ -147,8 +147,14 @@ def test_a_broken_profile_file_names_its_field_and_spares_the_others(profile_dir
     (profile_dir / "bad-json" / "profile.json").write_text("{")
     (profile_dir / "ok").mkdir()
     (profile_dir / "ok" / "profile.json").write_text(json.dumps({**good, "name": "ok"}))
+    gpu = get_profile("h100").to_json()
+    for folder, doc in (("gpu-bare", {k: v for k, v in gpu.items() if k != "published"}),
+                        ("cpu-links", {**good, "published": gpu["published"]})):
+        (profile_dir / folder).mkdir()
+        (profile_dir / folder / "profile.json").write_text(json.dumps({**doc, "name": folder}))
     found, broken = profiles.load_profiles(profile_dir)
-    assert list(found) == ["ok"] and sorted(broken) == ["bad-json", "moved", "neg", "typo"]
+    assert list(found) == ["ok"] and sorted(broken) == ["bad-json", "cpu-links", "gpu-bare", "moved", "neg", "typo"]
+    assert "published figures" in broken["gpu-bare"] and "collect comm" in broken["cpu-links"]
     assert "repeat" in broken["typo"] and "threads" in broken["neg"] and "malformed JSON" in broken["bad-json"]
     assert "rename" in broken["moved"]
     profiles.BROKEN_PROFILES.update(broken)  # the fixture's registry, as an import would have read it
@@ -223,3 +229,23 @@ def test_timing_a_gpu_profile_without_a_gpu_is_refused_and_writes_nothing(tmp_pa
         assert main(argv) == 2
         assert "no CUDA device" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.json"]
+
+
+def test_a_gpu_profiles_published_figures_price_it_before_any_gpu_data(profile_dir):
+    """A GPU not measured yet plans with the roofline of the HBM bandwidth its profile.json publishes and the
+    alpha-beta comm of its links: edit them, and both follow."""
+    from dataclasses import replace
+
+    from shardplan.cost.baselines import RooflineCostModel
+    from shardplan.cost.estimator import comm_model_for
+
+    made = profiles.new_profile("a100", "h100")
+    a100 = replace(made, published=replace(made.published, hbm_bytes_per_s=2.039e12, nvlink_gbps=300.0,
+                                           network_gbps=25.0, hbm_source="NVIDIA A100 80GB SXM datasheet"))
+    (made.dir / "profile.json").write_text(json.dumps(a100.to_json()))
+    profiles.PROFILES["a100"] = profiles.load_profile_file(made.dir / "profile.json")
+    ratio = RooflineCostModel.published("h100").bytes_per_ms / RooflineCostModel.published("a100").bytes_per_ms
+    assert ratio == pytest.approx(3.35e12 / 2.039e12)
+    assert "A100" in RooflineCostModel.published("a100").metadata["source"]
+    comm = comm_model_for(get_profile("a100"))
+    assert (comm.intra_gbps, comm.inter_gbps, comm.alpha_intra_us) == (300.0, 25.0, 10.0)

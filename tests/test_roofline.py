@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from shardplan.cost import profiles
-from shardplan.cost.baselines import PUBLISHED_HBM_BYTES_PER_S, RooflineCostModel, roofline_bytes
+from shardplan.cost.baselines import RooflineCostModel, roofline_bytes
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.specs import ShardSpec
 from shardplan.errors import InputError
@@ -25,11 +25,11 @@ SETS = [[_spec("a", 10_000_000, 64, 20.0)], [_spec("a", 10_000_000, 64, 20.0), _
 def test_published_roofline_is_bytes_over_bandwidth_and_scales_with_the_gpu():
     h100, h200 = RooflineCostModel.published("h100"), RooflineCostModel.published("h200")
     fwd, bwd = h100.predict(SETS[:1])
-    peak = PUBLISHED_HBM_BYTES_PER_S["h100"][0]
+    peak = profiles.get_profile("h100").published.hbm_bytes_per_s
     assert fwd[0] == pytest.approx(roofline_bytes(SETS[0][0]) / (peak * 0.62) * 1e3)
     assert bwd[0] == pytest.approx(2 * fwd[0])
     assert h200.predict(SETS[:1])[0][0] == pytest.approx(fwd[0] * 3.35 / 4.8)
-    with pytest.raises(InputError, match="no published bandwidth"):
+    with pytest.raises(InputError, match="publishes no HBM bandwidth"):
         RooflineCostModel.published("cpu-2c")
 
 

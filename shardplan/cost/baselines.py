@@ -21,6 +21,7 @@ from sklearn.ensemble import HistGradientBoostingRegressor
 from ..errors import InputError
 from .features import rank_aggregate_features
 from .ids import expected_shard_stats
+from .profiles import get_profile
 from .specs import ShardSpec
 
 
@@ -31,11 +32,6 @@ def roofline_bytes(s: ShardSpec) -> float:
     return lookups * 8 + lookups * max(s.cols * 4, 32) + s.batch_size * s.cols * 4
 
 
-# Peak HBM bandwidth of the GPU profiles, bytes/s, from NVIDIA's datasheets (SXM parts).
-PUBLISHED_HBM_BYTES_PER_S = {
-    "h100": (3.35e12, "NVIDIA H100 SXM5 datasheet: HBM3, 3.35 TB/s"),
-    "h200": (4.8e12, "NVIDIA H200 SXM datasheet: HBM3e, 4.8 TB/s"),
-}
 # The share of peak bandwidth a fused embedding lookup reaches, as TorchRec's planner assumes it:
 # its default HBM figure for the FUSED CUDA kernel (planner/constants.py, HBM_MEM_BW = 897 GiB/s,
 # 963 GB/s) is 0.62 of the 1,555 GB/s an A100 40GB's HBM2 is rated at.
@@ -63,13 +59,13 @@ class RooflineCostModel:
 
     @classmethod
     def published(cls, profile: str) -> "RooflineCostModel":
-        """The roofline of a GPU profile from its published HBM bandwidth (no fitting: predicted,
-        never measured; :data:`PUBLISHED_HBM_BYTES_PER_S` names the sources)."""
-        try:
-            peak, source = PUBLISHED_HBM_BYTES_PER_S[profile]
-        except KeyError:
-            raise InputError("profile", f"no published bandwidth for profile {profile!r}",
-                             f"use one of {sorted(PUBLISHED_HBM_BYTES_PER_S)} or train a model for it") from None
+        """The roofline of a GPU profile from the peak HBM bandwidth its ``profile.json`` publishes, with
+        its source (no fitting: predicted, never measured)."""
+        figures = get_profile(profile).published
+        if figures is None:
+            raise InputError("profile", f"profile {profile!r} publishes no HBM bandwidth (a CPU profile)",
+                             "train a model for it: shardplan train")
+        peak, source = figures.hbm_bytes_per_s, figures.hbm_source
         return cls(bytes_per_ms=peak * LOOKUP_BANDWIDTH_EFFICIENCY / 1e3, bwd_multiplier=PUBLISHED_BWD_MULTIPLIER,
                    profile=profile, source=f"{source}; x{LOOKUP_BANDWIDTH_EFFICIENCY} lookup efficiency and "
                    f"backward {PUBLISHED_BWD_MULTIPLIER:g}x forward, as TorchRec's planner assumes")

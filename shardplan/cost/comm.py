@@ -194,12 +194,10 @@ class FittedCommModel:
 class AlphaBetaCommModel:
     """``t = alpha + max(intra bytes / NVLink bw, inter bytes / network bw)`` per rank and direction.
 
-    Defaults, per GPU and per direction, from published figures:
-    NVLink 4 on H100/H200 SXM: 900 GB/s bidirectional (NVIDIA H100 and H200
-    datasheets), so 450 GB/s each way; network: one 400 Gb/s NDR InfiniBand
-    ConnectX-7 port per GPU as in DGX H100/H200 (NVIDIA DGX H100 user guide),
-    50 GB/s; latency 10 us inside a host and 20 us across hosts (NCCL's
-    small-message all-to-all latency order of magnitude). Modelled, not measured.
+    The figures, per GPU and per direction, are the profile's published ones (its ``profile.json``'s
+    ``published`` block, with their sources; :func:`.estimator.comm_model_for`). The defaults are
+    ``h100``'s and ``h200``'s: NVLink 4 at 450 GB/s each way, one 400 Gb/s NDR InfiniBand port per GPU
+    (50 GB/s), 10 us inside a host and 20 us across. Modelled, not measured.
     """
 
     profile: str

@@ -103,7 +103,9 @@ def comm_model_for(profile: Profile) -> CommModel:
         if not path.exists():
             raise InputError(str(path), "missing", "run `shardplan collect comm` to measure and fit it")
         return FittedCommModel.load(path, profile.name)
-    return AlphaBetaCommModel(profile=profile.name)
+    figures = profile.published  # every GPU profile has them (its profile.json's schema)
+    return AlphaBetaCommModel(profile=profile.name, intra_gbps=figures.nvlink_gbps, inter_gbps=figures.network_gbps,
+                              alpha_intra_us=figures.alpha_intra_us, alpha_inter_us=figures.alpha_inter_us)
 
 
 def load_estimator(profile_name: str = DEFAULT_PROFILE, model_path: str | Path | None = None,

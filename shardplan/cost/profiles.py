@@ -15,12 +15,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..domain import Plan
 from ..errors import InputError
 from ..formats import parse_model, read_json, write_text_atomic
-from ..schema import NonNegInt, PosFloat, PosInt
+from ..schema import NonNegFloat, NonNegInt, PosFloat, PosInt
 
 DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 PROFILE_DIR = DATA_DIR / "profiles"
@@ -28,6 +28,22 @@ PROFILE_NAME = r"[a-z0-9][a-z0-9._-]{0,63}"
 PROFILE_FORMAT = "shardplan/profile@1"
 PROFILE_FILE = "profile.json"  # in the profile's folder, beside the cost data and models it owns
 DEFAULT_PROFILE = "cpu-2c"
+
+
+@dataclass(frozen=True)
+class PublishedFigures:
+    """A GPU machine's published figures, for what one lent GPU cannot measure: the HBM bandwidth the
+    roofline prices an untrained profile with (:meth:`.baselines.RooflineCostModel.published`), and the
+    links the alpha-beta comm model prices all-to-alls with (:class:`.comm.AlphaBetaCommModel`), each per
+    GPU and per direction, with the documents they come from. Modelled, never measured here."""
+
+    hbm_bytes_per_s: float
+    hbm_source: str
+    nvlink_gbps: float  # inside a host
+    network_gbps: float  # across hosts
+    alpha_intra_us: float
+    alpha_inter_us: float
+    comm_source: str
 
 
 @dataclass(frozen=True)
@@ -62,6 +78,7 @@ class Profile:
     cpu_model: str = ""
     warmup: int = 3
     repeats: int = 10
+    published: PublishedFigures | None = None  # GPU profiles (required there); a CPU's comm is measured
 
     @property
     def dir(self) -> Path:
@@ -76,13 +93,29 @@ class Profile:
 
     def to_json(self) -> dict[str, object]:
         """The ``shardplan/profile@1`` document of this profile."""
-        return {"format": PROFILE_FORMAT, **asdict(self), "collect_batch_sizes": list(self.collect_batch_sizes)}
+        doc = {"format": PROFILE_FORMAT, **asdict(self), "collect_batch_sizes": list(self.collect_batch_sizes)}
+        if self.published is None:
+            del doc["published"]
+        return doc
 
     @classmethod
     def from_json(cls, data: object) -> "Profile":
         """A profile from its ``shardplan/profile@1`` document; a bad field is an :class:`InputError`."""
         m = parse_model(_ProfileModel, data, "profile", "shardplan/cost/profiles.py")
-        return cls(**{**m.model_dump(exclude={"format"}), "collect_batch_sizes": tuple(m.collect_batch_sizes)})
+        fields = m.model_dump(exclude={"format"})
+        published = PublishedFigures(**fields.pop("published")) if m.published else None
+        return cls(**{**fields, "collect_batch_sizes": tuple(m.collect_batch_sizes), "published": published})
+
+
+class _PublishedModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    hbm_bytes_per_s: PosFloat
+    hbm_source: Annotated[str, Field(min_length=1)]
+    nvlink_gbps: PosFloat
+    network_gbps: PosFloat
+    alpha_intra_us: NonNegFloat
+    alpha_inter_us: NonNegFloat
+    comm_source: Annotated[str, Field(min_length=1)]
 
 
 class _ProfileModel(BaseModel):
@@ -102,6 +135,16 @@ class _ProfileModel(BaseModel):
     cpu_model: str = ""
     warmup: NonNegInt = 3
     repeats: PosInt = 10
+    published: _PublishedModel | None = None
+
+    @model_validator(mode="after")
+    def _published_for_gpus_only(self) -> "_ProfileModel":
+        if self.device == "cuda" and self.published is None:
+            raise ValueError("a GPU profile needs its published figures (HBM bandwidth, links), which price it "
+                             "before it is trained and price its comm always; copy h100's and edit them")
+        if self.device == "cpu" and self.published is not None:
+            raise ValueError("a CPU profile's comm is measured (shardplan collect comm); remove 'published'")
+        return self
 
 
 def load_profile_file(path: Path) -> Profile:
@@ -213,7 +256,9 @@ def _new_profile_readme(profile: Profile, like: str) -> str:
         f"Made {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by `shardplan profiles --new {name} --like {like}` "
         f"on {stamp['cpu_model']!r} ({stamp['cpu_cores']} cores{f', {device}' if device else ''}; {libs}): "
         f"`{like}`'s protocol and budgets (`profile.json`; edit it before collecting if this machine needs "
-        "others).", "",
+        "others)." + (f" Its `published` figures are `{like}`'s too: set this GPU's HBM bandwidth and links, "
+                      "with their sources, before planning with it untrained (they price it until `train` "
+                      "has run, and its comm always)." if profile.published else ""), "",
         "Fill it, with nothing else heavy running (the cores are the instrument), then commit this folder "
         f"(`shardplan profiles --show {name}` says how far it has got):", "",
         "| step | file | command |", "| --- | --- | --- |",
