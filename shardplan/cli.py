@@ -407,7 +407,8 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     here = host_profile()
     print(f"this host: {host_cpu()!r}; its profile: {here.name if here else 'none trained'}")
     for name, p in PROFILES.items():
-        trained = "trained" if (p.dir / "compute-model.json").exists() else "no compute model"
+        trained = ("trained" if (p.dir / "compute-model.json").exists() else
+                   "roofline only" if p.published else "no compute model")  # an untrained GPU plans by its HBM
         tags = [t for t, on in (("default", name == DEFAULT_PROFILE), ("this host", measured_on_this_cpu(p))) if on]
         print(f"{name:<14}{', '.join(tags):<20}{trained:<18}{p.description}{_host_state_note(p)}")
     for name, problem in BROKEN_PROFILES.items():
@@ -444,7 +445,7 @@ def _profile_progress(name: str) -> str:
     lines += ["", tabulate(rows, headers=["step", "file", "holds"])]
     if todo:
         first = next((s for s in todo if s.needed_to_plan), todo[0])
-        lines += ["", f"next ({first.name}): {first.command.replace('`', '')}"]
+        lines += ["", f"next ({first.name}): {'; '.join(first.commands)}"]
     return "\n".join(lines)
 
 

@@ -19,30 +19,32 @@ CPU_PIN = "MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 taskset -c 1 "
 
 @dataclass(frozen=True)
 class Step:
-    """One step: what it makes, the file it leaves, the command, and whether planning needs it."""
+    """One step: what it makes, the file it leaves, its commands in order, and whether planning needs it."""
 
     name: str
     file: str
-    command: str
+    commands: tuple[str, ...]
     needed_to_plan: bool
 
 
 def steps(profile: Profile) -> list[Step]:
     """The steps that fill ``profile``'s folder, in the order to run them. A GPU profile has no comm
-    step: one GPU machine cannot measure NCCL between GPUs, so its comm is the alpha-beta model."""
-    pin, name = (CPU_PIN if profile.device == "cpu" else ""), profile.name
+    step (one GPU machine cannot measure NCCL between GPUs: its comm is the alpha-beta model of its
+    published links), and it plans before any of its data exists, with the roofline of its published
+    HBM bandwidth; a CPU profile needs its model and its comm to plan."""
+    pin, name, cpu = (CPU_PIN if profile.device == "cpu" else ""), profile.name, profile.device == "cpu"
     out = [Step("random sets (at least 5,000)", "compute.parquet",
-                f"{pin}{CLI} collect compute --profile {name} --samples 5500 --seed 0", True),
+                (f"{pin}{CLI} collect compute --profile {name} --samples 5500 --seed 0",), cpu),
            Step("larger sets, never trained on", "compute-large.parquet",
-                f"{pin}{CLI} collect compute --profile {name} --seed 1 --min-shards 16 --max-shards 40 "
-                "--samples 300", False)]
-    if profile.device == "cpu":
-        out.append(Step("communication", "comm-model.json", f"{CLI} collect comm --profile {name}", True))
-    out += [Step("the compute model", "compute-model.json", f"{CLI} train --profile {name}", True),
+                (f"{pin}{CLI} collect compute --profile {name} --seed 1 --min-shards 16 --max-shards 40 "
+                 "--samples 300",), False)]
+    if cpu:
+        out.append(Step("communication", "comm-model.json", (f"{CLI} collect comm --profile {name}",), True))
+    out += [Step("the compute model", "compute-model.json", (f"{CLI} train --profile {name}",), cpu),
             Step("plan ranks, then train again", "compute-ranks.parquet",
-                 f"{pin}{CLI} collect ranks --profile {name}`; `{CLI} train --profile {name}", False),
+                 (f"{pin}{CLI} collect ranks --profile {name}", f"{CLI} train --profile {name}"), False),
             Step("the rl searcher's policy", "rl-policy.json",
-                 f"{CLI} train-policy --profile {name} --updates 300 --seed 0", False)]
+                 (f"{CLI} train-policy --profile {name} --updates 300 --seed 0",), False)]
     return out
 
 

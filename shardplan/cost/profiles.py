@@ -262,7 +262,7 @@ def _new_profile_readme(profile: Profile, like: str) -> str:
         "Fill it, with nothing else heavy running (the cores are the instrument), then commit this folder "
         f"(`shardplan profiles --show {name}` says how far it has got):", "",
         "| step | file | command |", "| --- | --- | --- |",
-        *(f"| {s.name} | `{s.file}` | `{s.command}` |" for s in steps(profile)), "",
+        *(f"| {s.name} | `{s.file}` | {'; '.join(f'`{c}`' for c in s.commands)} |" for s in steps(profile)), "",
         "Record here each file's dates, the machine's load and the command that made it.", ""])
 
 
