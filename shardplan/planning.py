@@ -37,11 +37,13 @@ def estimator(profile: str = DEFAULT_PROFILE, host_reference_ms: float | None = 
 
 def make_task(tables: Iterable[Table | dict[str, Any]], world_size: int, *, local_world_size: int | None = None,
               device: str = "cpu", memory_per_rank_gb: float | None = None, batch_size_per_rank: int = 512,
-              optimizer: str = "sgd", name: str = "task") -> Task:
-    """A validated :class:`Task` from tables (dicts with the task file's fields, or :class:`Table`)."""
-    rows = [t if isinstance(t, dict) else {"name": t.name, "num_embeddings": t.num_embeddings,
-                                           "embedding_dim": t.embedding_dim, "pooling_factor": t.pooling_factor,
-                                           "zipf_alpha": t.zipf_alpha, **t.extra} for t in tables]
+              optimizer: str = "sgd", name: str = "task", pooling_factors: dict[str, float] | None = None,
+              zipf_alphas: dict[str, float] | None = None) -> Task:
+    """A validated :class:`Task` from tables: dicts with the task file's fields, :class:`Table`\ s, or a
+    trainer's TorchRec ``EmbeddingBagConfig``\ s as they are (``ebc.embedding_bag_configs()``), whose mean
+    ids per sample come from ``pooling_factors`` by table name (what TorchRec's planner takes as
+    ``ParameterConstraints.pooling_factors``) and skew from ``zipf_alphas`` (default 0: uniform)."""
+    rows = [_table_row(t, pooling_factors or {}, zipf_alphas or {}) for t in tables]
     topo: dict[str, Any] = {"world_size": world_size, "device": device}
     if local_world_size is not None:
         topo["local_world_size"] = local_world_size
@@ -50,6 +52,23 @@ def make_task(tables: Iterable[Table | dict[str, Any]], world_size: int, *, loca
     data = {"format": TASK_FORMAT, "name": name, "tables": rows, "topology": topo,
             "batch_size_per_rank": batch_size_per_rank, "optimizer": optimizer}
     return load_task(data)  # the file format's validation, so errors name the same fields
+
+
+def _table_row(t: Any, pooling_factors: dict[str, float], zipf_alphas: dict[str, float]) -> dict[str, Any]:
+    """One task-file table entry from a dict, a :class:`Table`, or a TorchRec ``EmbeddingBagConfig``."""
+    if isinstance(t, dict):
+        return t
+    if isinstance(t, Table):
+        return {"name": t.name, "num_embeddings": t.num_embeddings, "embedding_dim": t.embedding_dim,
+                "pooling_factor": t.pooling_factor, "zipf_alpha": t.zipf_alpha, **t.extra}
+    if all(hasattr(t, a) for a in ("name", "num_embeddings", "embedding_dim")):  # TorchRec's config, duck-typed
+        if t.name not in pooling_factors:
+            raise InputError(f"pooling_factors[{t.name!r}]", "is required for a TorchRec table config (it holds "
+                             "no pooling factor)", "pass pooling_factors={table name: mean ids per sample}")
+        return {"name": t.name, "num_embeddings": t.num_embeddings, "embedding_dim": t.embedding_dim,
+                "pooling_factor": pooling_factors[t.name], "zipf_alpha": zipf_alphas.get(t.name, 0.0)}
+    raise InputError("tables", f"a table must be a dict, a shardplan Table or a TorchRec EmbeddingBagConfig, "
+                     f"got {type(t).__name__}")
 
 
 def plan(tables: Iterable[Table | dict[str, Any]] | Task, world_size: int | None = None, *,

@@ -574,3 +574,23 @@ def test_collect_comm_run_again_keeps_the_committed_model(monkeypatch, capsys):
     monkeypatch.setattr(comm_collect, "collect_comm", lambda profile, out, world_sizes, configs: pd.read_parquet(out))
     assert main(["collect", "comm", "--profile", "cpu-2c"]) == 0
     assert "nothing new" in capsys.readouterr().out and model.read_bytes() == before
+
+
+def test_a_trainers_torchrec_configs_are_planned_and_their_plan_fits_its_model_path():
+    """The on-ramp from a TorchRec trainer: its EmbeddingBagConfigs as they are, pooling factors by table name,
+    planned; the ShardingPlan comes back under the model path the trainer's collection sits at."""
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+
+    import shardplan
+
+    configs = [EmbeddingBagConfig(name=f"t{i}", num_embeddings=1000 * (i + 1), embedding_dim=16,
+                                  feature_names=[f"f{i}"]) for i in range(4)]
+    p = shardplan.plan(configs, 2, searcher="greedy-size", pooling_factors={f"t{i}": 2.0 + i for i in range(4)},
+                       zipf_alphas={"t0": 1.1}, batch_size_per_rank=64)
+    assert [t.pooling_factor for t in p.task.tables] == [2.0, 3.0, 4.0, 5.0] and p.task.tables[0].zipf_alpha == 1.1
+    sharding = shardplan.to_torchrec_plan(p, "sparse_arch.ebc")
+    assert set(sharding.plan["sparse_arch.ebc"]) == {"t0", "t1", "t2", "t3"}
+    with pytest.raises(InputError, match=r"pooling_factors\['t3'\]"):
+        shardplan.plan(configs, 2, pooling_factors={"t0": 1.0, "t1": 1.0, "t2": 1.0})
+    with pytest.raises(InputError, match="EmbeddingBagConfig"):
+        shardplan.make_task([42], 2)
