@@ -39,8 +39,8 @@ def make_task(tables: Iterable[Table | dict[str, Any]], world_size: int, *, loca
               device: str = "cpu", memory_per_rank_gb: float | None = None, batch_size_per_rank: int = 512,
               optimizer: str = "sgd", name: str = "task", pooling_factors: dict[str, float] | None = None,
               zipf_alphas: dict[str, float] | None = None) -> Task:
-    """A validated :class:`Task` from tables: dicts with the task file's fields, :class:`Table`\ s, or a
-    trainer's TorchRec ``EmbeddingBagConfig``\ s as they are (``ebc.embedding_bag_configs()``), whose mean
+    """A validated :class:`Task` from tables: dicts with the task file's fields, :class:`Table` objects, or
+    a trainer's TorchRec ``EmbeddingBagConfig`` objects as they are (``ebc.embedding_bag_configs()``), whose mean
     ids per sample come from ``pooling_factors`` by table name (what TorchRec's planner takes as
     ``ParameterConstraints.pooling_factors``) and skew from ``zipf_alphas`` (default 0: uniform)."""
     rows = [_table_row(t, pooling_factors or {}, zipf_alphas or {}) for t in tables]
