@@ -194,7 +194,7 @@ def test_a_new_profile_collects_and_trains_on_its_own_data(host, profile_dir, ca
     assert "next (communication): .venv/bin/shardplan collect comm --profile amd-guest" in capsys.readouterr().out
 
 
-def test_a_task_of_another_device_than_the_profiles_is_refused_before_searching(plan_dict):
+def test_a_task_of_another_device_than_the_profiles_is_refused_before_searching(plan_dict, tmp_path):
     import shardplan
     from shardplan.cost.profiles import profile_for
 
@@ -215,6 +215,15 @@ def test_a_task_of_another_device_than_the_profiles_is_refused_before_searching(
     with pytest.raises(InputError, match="names no profile"):
         profile_for(replace(gpu, cost=None))
     assert profile_for(replace(load_plan(plan_dict), cost=None)) == profiles.DEFAULT_PROFILE
+    # the CLI alike: evaluate and report price a GPU plan file with its own profile, unasked
+    plan_file, out = tmp_path / "gpu.json", tmp_path / "gpu-eval.json"
+    shardplan.save_plan(gpu, plan_file)
+    assert main(["evaluate", str(plan_file), "-o", str(out)]) == 0
+    priced = load_plan(out).cost
+    assert priced.profile == "h100" and priced.max_ms == pytest.approx(gpu.cost.max_ms, abs=1e-4)  # 4 places kept
+    shardplan.save_plan(replace(gpu, cost=None), plan_file)
+    assert main(["report", str(plan_file), "-o", str(tmp_path / "r.html")]) == 2  # a GPU plan naming no profile
+    assert main(["report", str(plan_file), "--profile", "h100", "-o", str(tmp_path / "r.html")]) == 0
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="refusals of a machine without CUDA")
