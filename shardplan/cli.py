@@ -632,8 +632,9 @@ def build_parser() -> argparse.ArgumentParser:
     def with_profile(sp: argparse.ArgumentParser, model: bool = True, here: bool = False,
                      of_plan: bool = False) -> argparse.ArgumentParser:
         if here:  # a command that measures on this host: by default, the host's own profile
-            sp.add_argument("--profile", default=None, help="hardware profile (default: the profile measured "
-                            f"on this host's CPU, where one is trained, else {DEFAULT_PROFILE}; `shardplan profiles`)")
+            sp.add_argument("--profile", default=None, help="hardware profile (default: $SHARDPLAN_PROFILE, else "
+                            "the profile measured on this host's CPU where one is trained, else "
+                            f"{DEFAULT_PROFILE}; `shardplan profiles`)")
         elif of_plan:  # a command that prices given plans: by default, as they were priced
             sp.add_argument("--profile", default=None, help="hardware profile (default: the one that priced the "
                             f"plan, named in its cost block; else {DEFAULT_PROFILE} for CPU ranks)")

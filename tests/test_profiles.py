@@ -258,3 +258,24 @@ def test_a_gpu_profiles_published_figures_price_it_before_any_gpu_data(profile_d
     assert "A100" in RooflineCostModel.published("a100").metadata["source"]
     comm = comm_model_for(get_profile("a100"))
     assert (comm.intra_gbps, comm.inter_gbps, comm.alpha_intra_us) == (300.0, 25.0, 10.0)
+
+
+def test_a_user_names_their_default_profile_once(tmp_path):
+    """SHARDPLAN_PROFILE sets the profile every command uses unless told another (here h100, so a GPU task
+    plans without --profile); a name that is no profile is refused naming the variable."""
+    import os
+    import subprocess
+    import sys
+
+    def cli(*argv: str, profile: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "shardplan.cli", *argv], capture_output=True, text=True,
+                              env={**os.environ, "SHARDPLAN_PROFILE": profile}, timeout=300)
+
+    out = tmp_path / "p.json"
+    done = cli("plan", "data/tasks/gpu-bench/gpu-bench-00.json", "--searcher", "greedy-size", "-o", str(out),
+               profile="h100")
+    assert done.returncode == 0, done.stderr
+    assert load_plan(out).cost.profile == "h100"
+    refused = cli("plan", "data/tasks/default.json", "-o", str(tmp_path / "q.json"), profile="nope")
+    assert refused.returncode == 2 and "SHARDPLAN_PROFILE: unknown hardware profile 'nope'" in refused.stderr
+    assert not (tmp_path / "q.json").exists()

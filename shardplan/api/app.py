@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse
 from .. import __version__
 from ..budget import BudgetExceeded, time_budget
 from ..cost.estimator import PlanEstimator, load_estimator
-from ..cost.profiles import DEFAULT_PROFILE, PROFILES, profile_for
+from ..cost.profiles import DEFAULT_PROFILE, PROFILES, get_profile, profile_for
 from ..domain import SHARDING_TYPES, Plan, Task
 from ..errors import InfeasibleError, InputError
 from ..formats import plan_from_model, plan_to_dict, task_from_model
@@ -140,6 +140,7 @@ def create_app(limits: Limits | None = None, profiles: Sequence[str] | None = No
     profile that can be priced: a committed compute model, or for a GPU profile without
     one the published-bandwidth roofline, see :func:`load_estimator`)."""
     limits = limits or Limits()
+    get_profile(DEFAULT_PROFILE)  # a SHARDPLAN_PROFILE naming no profile is refused here, not at the first request
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

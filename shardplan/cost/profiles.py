@@ -27,7 +27,10 @@ PROFILE_DIR = DATA_DIR / "profiles"
 PROFILE_NAME = r"[a-z0-9][a-z0-9._-]{0,63}"
 PROFILE_FORMAT = "shardplan/profile@1"
 PROFILE_FILE = "profile.json"  # in the profile's folder, beside the cost data and models it owns
-DEFAULT_PROFILE = "cpu-2c"
+# The profile every command, the Python API and the REST service use unless told another: cpu-2c, or the
+# one a user names once for a machine of their own (`export SHARDPLAN_PROFILE=my-a100`) rather than per call.
+PROFILE_ENV = "SHARDPLAN_PROFILE"
+DEFAULT_PROFILE = os.environ.get(PROFILE_ENV) or "cpu-2c"
 
 
 @dataclass(frozen=True)
@@ -181,9 +184,10 @@ PROFILES, BROKEN_PROFILES = load_profiles(PROFILE_DIR)
 def get_profile(name: str) -> Profile:
     if name in PROFILES:
         return PROFILES[name]
+    field = PROFILE_ENV if name == os.environ.get(PROFILE_ENV) else "profile"  # where the name came from
     if name in BROKEN_PROFILES:
-        raise InputError("profile", BROKEN_PROFILES[name])
-    raise InputError("profile", f"unknown hardware profile {name!r}",
+        raise InputError(field, BROKEN_PROFILES[name])
+    raise InputError(field, f"unknown hardware profile {name!r}",
                      f"use one of {sorted(PROFILES)}, or add one: shardplan profiles --new {name} --like <profile>")
 
 
@@ -305,7 +309,10 @@ def host_profile() -> Profile | None:
 
 
 def local_profile() -> str:
-    """The profile to measure this host with: its own (:func:`host_profile`), else the default."""
+    """The profile to measure this host with: the one ``SHARDPLAN_PROFILE`` names, else its own
+    (:func:`host_profile`), else the default."""
+    if os.environ.get(PROFILE_ENV):
+        return DEFAULT_PROFILE
     p = host_profile()
     return p.name if p else DEFAULT_PROFILE
 
