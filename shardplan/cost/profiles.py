@@ -198,15 +198,17 @@ def profiles_of_device(device: str) -> list[str]:
 
 def profile_for(plan: Plan, given: str | None = None) -> str:
     """The profile to price ``plan`` with: ``given``, else the one that priced it (its cost block), else
-    the default of its ranks' device; a GPU plan that names none must be told which GPU."""
+    the default profile where it prices the plan's device (``cpu-2c`` for CPU ranks unless
+    ``SHARDPLAN_PROFILE`` names another); otherwise the caller must say which."""
     if given is not None:
         return given
     if plan.cost is not None:
         return plan.cost.profile
-    if plan.task.topology.device == "cpu":
+    device = plan.task.topology.device
+    if get_profile(DEFAULT_PROFILE).device == device:
         return DEFAULT_PROFILE
-    raise InputError("profile", f"the plan's ranks are {plan.task.topology.device} and it names no profile "
-                     "(it has no cost block)", f"name one: {profiles_of_device(plan.task.topology.device)}")
+    raise InputError("profile", f"the plan's ranks are {device} and it names no profile (it has no cost block)",
+                     f"name one: {profiles_of_device(device)}")
 
 
 def new_profile(name: str, like: str, description: str | None = None) -> Profile:
