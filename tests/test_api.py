@@ -37,6 +37,7 @@ def test_service_lists_searchers_profiles_and_health(server: str) -> None:
     profiles = {p["name"]: p for p in httpx.get(server + "/v1/profiles").json()}
     for name in ("cpu-2c", "cpu-2c-xeon", "h100", "h200"):  # each profile with its own trained model
         assert profiles[name]["loaded"] and profiles[name]["compute_model"].startswith("neural")
+    assert [name for name, p in profiles.items() if p["default"]] == ["cpu-2c"]
     assert httpx.get(server + "/healthz").json()["profiles"] == ["cpu-2c", "cpu-2c-xeon", "h100", "h200"]
 
 

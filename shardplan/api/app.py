@@ -193,6 +193,7 @@ def create_app(limits: Limits | None = None, profiles: Sequence[str] | None = No
         for p in PROFILES.values():
             est = app.state.estimators.get(p.name)
             out.append(ProfileInfo(name=p.name, device=p.device, description=p.description, loaded=est is not None,
+                                   default=p.name == DEFAULT_PROFILE,
                                    compute_model=est.compute_name if est else None,
                                    comm_model=est.comm.name if est else None))
         return out

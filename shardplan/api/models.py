@@ -22,6 +22,7 @@ class ProfileInfo(BaseModel):
     device: str
     description: str
     loaded: bool  # whether this service holds the profile's cost models (only loaded ones plan)
+    default: bool = False  # the profile a request that names none gets (cpu-2c, or $SHARDPLAN_PROFILE's)
     compute_model: str | None = None
     comm_model: str | None = None
 
