@@ -61,6 +61,9 @@ def _table_row(t: Any, pooling_factors: dict[str, float], zipf_alphas: dict[str,
     if isinstance(t, Table):
         return {"name": t.name, "num_embeddings": t.num_embeddings, "embedding_dim": t.embedding_dim,
                 "pooling_factor": t.pooling_factor, "zipf_alpha": t.zipf_alpha, **t.extra}
+    if type(t).__name__ == "EmbeddingConfig":  # TorchRec's EmbeddingCollection: one vector per id, unpooled
+        raise InputError(f"tables[{t.name!r}]", "is a sequence (unpooled) embedding, whose cost shardplan does "
+                         "not model", "plan the EmbeddingBagCollection's tables (EmbeddingBagConfig)")
     if all(hasattr(t, a) for a in ("name", "num_embeddings", "embedding_dim")):  # TorchRec's config, duck-typed
         if t.name not in pooling_factors:
             raise InputError(f"pooling_factors[{t.name!r}]", "is required for a TorchRec table config (it holds "

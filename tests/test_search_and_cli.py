@@ -594,3 +594,8 @@ def test_a_trainers_torchrec_configs_are_planned_and_their_plan_fits_its_model_p
         shardplan.plan(configs, 2, pooling_factors={"t0": 1.0, "t1": 1.0, "t2": 1.0})
     with pytest.raises(InputError, match="EmbeddingBagConfig"):
         shardplan.make_task([42], 2)
+    from torchrec.modules.embedding_configs import EmbeddingConfig
+
+    with pytest.raises(InputError, match="unpooled"):  # an EmbeddingCollection's table costs another way
+        shardplan.make_task([EmbeddingConfig(name="seq", num_embeddings=100, embedding_dim=16, feature_names=["s"])],
+                            2, pooling_factors={"seq": 3.0})
