@@ -279,3 +279,13 @@ def test_a_user_names_their_default_profile_once(tmp_path):
     refused = cli("plan", "data/tasks/default.json", "-o", str(tmp_path / "q.json"), profile="nope")
     assert refused.returncode == 2 and "SHARDPLAN_PROFILE: unknown hardware profile 'nope'" in refused.stderr
     assert not (tmp_path / "q.json").exists()
+
+
+def test_a_weight_type_without_cost_data_is_refused_rather_than_priced_as_fp32():
+    import shardplan
+
+    tables = [{"name": "t", "num_embeddings": 1000, "embedding_dim": 16, "pooling_factor": 2.0}]
+    with pytest.raises(InputError, match="task.dtype") as e:
+        shardplan.plan(shardplan.load_task({**shardplan.formats.task_to_dict(shardplan.make_task(tables, 2)),
+                                            "dtype": "fp16"}), searcher="greedy-size")
+    assert "fp32" in str(e.value)

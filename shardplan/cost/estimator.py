@@ -64,6 +64,10 @@ class PlanEstimator:
         if task.optimizer not in self.optimizers:
             raise InputError("task.optimizer", f"{task.optimizer!r} has no cost data in profile {self.profile!r}",
                              f"use one of {self.optimizers} or collect data for it")
+        if task.dtype not in self.dtypes:  # the timings are of one weight type; another's are not priced silently
+            raise InputError("task.dtype", f"{task.dtype!r} has no cost data in profile {self.profile!r} (its kernels "
+                             f"were timed with {self.dtypes} weights)", f"plan with dtype {self.dtypes[0]!r}, or "
+                             "collect and train the profile's data with that dtype")
         device = get_profile(self.profile).device
         if task.topology.device != device:
             raise InputError("topology.device", f"is {task.topology.device!r} but profile {self.profile!r} "
@@ -95,6 +99,13 @@ class PlanEstimator:
     def optimizers(self) -> list[str]:
         meta = getattr(self.compute, "metadata", {}) or {}
         return list(meta.get("optimizers", ["sgd"]))
+
+    @property
+    def dtypes(self) -> list[str]:
+        """The weight types the compute model's data was timed with: a model's ``dtypes`` metadata, else fp32,
+        which every collection so far has timed (the collector's CLI offers no other)."""
+        meta = getattr(self.compute, "metadata", {}) or {}
+        return list(meta.get("dtypes", ["fp32"]))
 
 
 def comm_model_for(profile: Profile) -> CommModel:
