@@ -637,7 +637,8 @@ def build_parser() -> argparse.ArgumentParser:
                             f"{DEFAULT_PROFILE}; `shardplan profiles`)")
         elif of_plan:  # a command that prices given plans: by default, as they were priced
             sp.add_argument("--profile", default=None, help="hardware profile (default: the one that priced the "
-                            f"plan, named in its cost block; else {DEFAULT_PROFILE} for CPU ranks)")
+                            f"plan, named in its cost block; else {DEFAULT_PROFILE} where it prices the plan's "
+                            "device)")
         else:
             sp.add_argument("--profile", default=DEFAULT_PROFILE, help=f"hardware profile (default {DEFAULT_PROFILE})")
         if model:

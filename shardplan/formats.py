@@ -99,13 +99,17 @@ def load_task(source: Source) -> Task:
     return task_from_model(parse_model(TaskModel, read_json(source), "task"))
 
 
+def table_to_dict(t: Table) -> dict[str, Any]:
+    """A table as the task file lists it."""
+    return {"name": t.name, "num_embeddings": t.num_embeddings, "embedding_dim": t.embedding_dim,
+            "pooling_factor": t.pooling_factor, "zipf_alpha": t.zipf_alpha, **t.extra}
+
+
 def task_to_dict(task: Task) -> dict[str, Any]:
     return {
         "format": TASK_FORMAT,
         "name": task.name,
-        "tables": [{"name": t.name, "num_embeddings": t.num_embeddings,
-                    "embedding_dim": t.embedding_dim, "pooling_factor": t.pooling_factor,
-                    "zipf_alpha": t.zipf_alpha, **t.extra} for t in task.tables],
+        "tables": [table_to_dict(t) for t in task.tables],
         "topology": {"world_size": task.topology.world_size,
                      "local_world_size": task.topology.local_world_size,
                      "device": task.topology.device,

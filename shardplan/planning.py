@@ -21,7 +21,7 @@ from .cost.estimator import PlanEstimator, load_estimator
 from .cost.profiles import DEFAULT_PROFILE, get_profile, profile_for
 from .domain import Plan, Table, Task
 from .errors import InputError
-from .formats import load_task
+from .formats import load_task, table_to_dict
 from .schema import TASK_FORMAT
 
 
@@ -59,8 +59,7 @@ def _table_row(t: Any, pooling_factors: dict[str, float], zipf_alphas: dict[str,
     if isinstance(t, dict):
         return t
     if isinstance(t, Table):
-        return {"name": t.name, "num_embeddings": t.num_embeddings, "embedding_dim": t.embedding_dim,
-                "pooling_factor": t.pooling_factor, "zipf_alpha": t.zipf_alpha, **t.extra}
+        return table_to_dict(t)
     if type(t).__name__ == "EmbeddingConfig":  # TorchRec's EmbeddingCollection: one vector per id, unpooled
         raise InputError(f"tables[{t.name!r}]", "is a sequence (unpooled) embedding, whose cost shardplan does "
                          "not model", "plan the EmbeddingBagCollection's tables (EmbeddingBagConfig)")

@@ -139,7 +139,8 @@ def test_a_broken_profile_file_names_its_field_and_spares_the_others(profile_dir
     good = get_profile("cpu-2c").to_json()
     cases = {"typo": {**good, "name": "typo", "repeat": 5},  # a misspelt field never falls back to a default
              "neg": {**good, "name": "neg", "threads": -1},
-             "moved": {**good, "name": "elsewhere"}}
+             "moved": {**good, "name": "elsewhere"},
+             "Odd Name": {**good, "name": "Odd Name"}}  # the whole name obeys the rule --new checks
     for folder, doc in cases.items():
         (profile_dir / folder).mkdir()
         (profile_dir / folder / "profile.json").write_text(json.dumps(doc))
@@ -153,7 +154,9 @@ def test_a_broken_profile_file_names_its_field_and_spares_the_others(profile_dir
         (profile_dir / folder).mkdir()
         (profile_dir / folder / "profile.json").write_text(json.dumps({**doc, "name": folder}))
     found, broken = profiles.load_profiles(profile_dir)
-    assert list(found) == ["ok"] and sorted(broken) == ["bad-json", "cpu-links", "gpu-bare", "moved", "neg", "typo"]
+    assert list(found) == ["ok"]
+    assert sorted(broken) == ["Odd Name", "bad-json", "cpu-links", "gpu-bare", "moved", "neg", "typo"]
+    assert "name" in broken["Odd Name"]
     assert "published figures" in broken["gpu-bare"] and "collect comm" in broken["cpu-links"]
     assert "repeat" in broken["typo"] and "threads" in broken["neg"] and "malformed JSON" in broken["bad-json"]
     assert "rename" in broken["moved"]

@@ -53,13 +53,14 @@ def describe(path: Path) -> str:
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        table = pq.read_table(path, columns=["date"]) if "date" in pq.read_schema(path).names else None
-        rows = pq.ParquetFile(path).metadata.num_rows
-        if table is None or rows == 0:
+        data = pq.ParquetFile(path)
+        rows = data.metadata.num_rows
+        if "date" not in data.schema_arrow.names or rows == 0:
             return f"{rows:,} rows"
-        dates = sorted(d for d in table.column("date").to_pylist() if d)  # a could-not-plan row has none
+        dates = sorted(d for d in data.read(columns=["date"]).column("date").to_pylist() if d)  # not-planned: none
         return f"{rows:,} rows" + (f", {dates[0][:10]} to {dates[-1][:10]}" if dates else "")
-    meta = json.loads(path.read_text()).get("metadata", {})
+    doc = json.loads(path.read_text())
+    meta = doc.get("metadata", {})
     if path.name == "compute-model.json":
         held = meta.get("evaluation", {}).get("holdout", {})
         score = held.get("models", {}).get("neural", {}).get("fwd+bwd")
@@ -67,7 +68,7 @@ def describe(path: Path) -> str:
                 + (f"; held out fwd+bwd MAPE {100 * score['mape']:.1f}%, Spearman {score['spearman']:.3f} "
                    f"({held.get('n')} sets)" if score else ""))
     if path.name == "comm-model.json":
-        fit = json.loads(path.read_text()).get("fit", {})
+        fit = doc.get("fit", {})
         return f"{meta.get('date', '?')}; fitted to {fit.get('n', '?')} timings, MAPE {100 * fit.get('mape', 0):.1f}%"
     return f"{meta.get('date', '?')}; {meta.get('command', '')}".rstrip("; ")
 

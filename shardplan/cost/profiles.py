@@ -127,7 +127,7 @@ class _ProfileModel(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     format: Literal["shardplan/profile@1"]
-    name: Annotated[str, Field(pattern=PROFILE_NAME)]
+    name: Annotated[str, Field(pattern=f"^{PROFILE_NAME}$")]  # pydantic searches a pattern: anchor it
     device: Literal["cpu", "cuda"]
     threads: NonNegInt
     max_rows: PosInt
@@ -226,11 +226,11 @@ def new_profile(name: str, like: str, description: str | None = None) -> Profile
     if name in PROFILES or name in BROKEN_PROFILES or (folder / PROFILE_FILE).exists():
         raise InputError("name", f"profile {name!r} exists ({folder / PROFILE_FILE})", "choose another name")
     cpu = host_cpu() if base.device == "cpu" else ""
-    machine = cpu or _gpu_name() or "a GPU machine"
-    profile = replace(base, name=name, cpu_model=cpu,
-                      description=description or f"{machine}, measured with {like}'s protocol and budgets")
+    gpu = _gpu_name() if base.device == "cuda" else ""
+    profile = replace(base, name=name, cpu_model=cpu, description=description or
+                      f"{cpu or gpu or 'a GPU machine'}, measured with {like}'s protocol and budgets")
     if not (folder / "README.md").exists():  # a folder made by hand keeps its own notes
-        write_text_atomic(folder / "README.md", _new_profile_readme(profile, like))
+        write_text_atomic(folder / "README.md", _new_profile_readme(profile, like, gpu))
     write_text_atomic(folder / PROFILE_FILE, json.dumps(profile.to_json(), indent=2) + "\n")
     PROFILES[name] = profile
     return profile
@@ -243,8 +243,9 @@ def _gpu_name() -> str:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
 
 
-def _new_profile_readme(profile: Profile, like: str) -> str:
-    """The new profile's README: the machine and libraries it starts on, and the commands that fill it."""
+def _new_profile_readme(profile: Profile, like: str, gpu: str) -> str:
+    """The new profile's README: the machine (``gpu``: its GPU's name, or "") and libraries it starts on,
+    and the commands that fill it."""
     from .kernel import fbgemm_versions
     from .profile_steps import steps
 
@@ -255,12 +256,11 @@ def _new_profile_readme(profile: Profile, like: str) -> str:
         import torch
 
         libs = f"torch {torch.__version__}, no fbgemm_gpu yet"
-    device = _gpu_name() if profile.device == "cuda" else ""
     name = profile.name
     return "\n".join([
         f"# Profile `{name}`", "",
         f"Made {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by `shardplan profiles --new {name} --like {like}` "
-        f"on {stamp['cpu_model']!r} ({stamp['cpu_cores']} cores{f', {device}' if device else ''}; {libs}): "
+        f"on {stamp['cpu_model']!r} ({stamp['cpu_cores']} cores{f', {gpu}' if gpu else ''}; {libs}): "
         f"`{like}`'s protocol and budgets (`profile.json`; edit it before collecting if this machine needs "
         "others)." + (f" Its `published` figures are `{like}`'s too: set this GPU's HBM bandwidth and links, "
                       "with their sources, before planning with it untrained (they price it until `train` "
