@@ -13,6 +13,7 @@ from pathlib import Path
 from .argtypes import at_least
 from .cost.draws import REPLICA_MAX_ROWS, REPLICA_WORLDS, ROW_SHARE, ROW_SPLITS, SetShape
 from .cost.profiles import DEFAULT_PROFILE, Profile
+from .domain import DTYPE_BYTES, OPTIMIZERS
 from .errors import InputError, exit_status
 
 COLLECT_POOLS = ("meta_synthetic", "criteo_kaggle", "criteo_terabyte", "mlperf_dlrmv2")
@@ -71,7 +72,7 @@ def _cmd_collect_compute(args: argparse.Namespace) -> int:
     default_name = "compute.parquet" if args.max_shards <= 15 else "compute-large.parquet"
     out = Path(args.out) if args.out else profile.dir / default_name
     check_collect_target(profile, out)
-    df = collect_compute(profile, pool, out, args.samples, seed=args.seed, optimizer=args.optimizer,
+    df = collect_compute(profile, pool, out, args.samples, seed=args.seed, optimizer=args.optimizer, dtype=args.dtype,
                          repeats=args.repeats, min_shards=args.min_shards, max_shards=args.max_shards,
                          max_seconds=args.max_seconds, shape=shape)
     print(f"{out}: {len(df)} samples")
@@ -812,7 +813,11 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--samples", type=at_least(1), default=6000, help="total samples wanted for this seed")
     cc.add_argument("--seed", type=at_least(0), default=0)
     cc.add_argument("--pools", default=",".join(COLLECT_POOLS))
-    cc.add_argument("--optimizer", default="sgd")
+    cc.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd",
+                    help="the fused optimizer the backward applies (default %(default)s)")
+    cc.add_argument("--dtype", choices=tuple(DTYPE_BYTES), default="fp32",
+                    help="the weights' type (default %(default)s); a profile's data holds one optimizer and "
+                         "one dtype, which the model it trains then prices")
     cc.add_argument("--repeats", type=at_least(1), default=None, help="timed iterations (default: the profile's)")
     cc.add_argument("--min-shards", type=int, default=1)
     cc.add_argument("--max-shards", type=int, default=15)

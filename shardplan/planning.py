@@ -37,21 +37,60 @@ def estimator(profile: str = DEFAULT_PROFILE, host_reference_ms: float | None = 
 
 def make_task(tables: Iterable[Table | dict[str, Any]], world_size: int, *, local_world_size: int | None = None,
               device: str = "cpu", memory_per_rank_gb: float | None = None, batch_size_per_rank: int = 512,
-              optimizer: str = "sgd", name: str = "task", pooling_factors: dict[str, float] | None = None,
-              zipf_alphas: dict[str, float] | None = None) -> Task:
+              optimizer: str = "sgd", dtype: str | None = None, name: str = "task",
+              pooling_factors: dict[str, float] | None = None, zipf_alphas: dict[str, float] | None = None) -> Task:
     """A validated :class:`Task` from tables: dicts with the task file's fields, :class:`Table` objects, or
     a trainer's TorchRec ``EmbeddingBagConfig`` objects as they are (``ebc.embedding_bag_configs()``), whose mean
     ids per sample come from ``pooling_factors`` by table name (what TorchRec's planner takes as
-    ``ParameterConstraints.pooling_factors``) and skew from ``zipf_alphas`` (default 0: uniform)."""
-    rows = [_table_row(t, pooling_factors or {}, zipf_alphas or {}) for t in tables]
+    ``ParameterConstraints.pooling_factors``) and skew from ``zipf_alphas`` (default 0: uniform).
+
+    ``dtype`` is the weights' type (the task file's ``dtype``: fp32, fp16, bf16, int8); left out, it is the
+    TorchRec configs' ``data_type`` (one for all tables: a task has one weight type), else fp32."""
+    pooling_factors, zipf_alphas = pooling_factors or {}, zipf_alphas or {}
+    tables = list(tables)
+    rows = [_table_row(t, pooling_factors, zipf_alphas) for t in tables]
+    configs = sorted(t.name for t in tables if not isinstance(t, (dict, Table)))  # _table_row took them
+    for field, given in (("pooling_factors", pooling_factors), ("zipf_alphas", zipf_alphas)):
+        stray = sorted(k for k in given if k not in configs)
+        if stray:  # a misspelt name would leave its table at the default, a dict's own value would win, unsaid
+            raise InputError(f"{field}[{stray[0]!r}]", "names no TorchRec table config of the task (a dict or "
+                             "Table carries its own)", f"key it by the configs' names: {configs[:5]}")
     topo: dict[str, Any] = {"world_size": world_size, "device": device}
     if local_world_size is not None:
         topo["local_world_size"] = local_world_size
     if memory_per_rank_gb is not None:
         topo["memory_per_rank_gb"] = memory_per_rank_gb
     data = {"format": TASK_FORMAT, "name": name, "tables": rows, "topology": topo,
-            "batch_size_per_rank": batch_size_per_rank, "optimizer": optimizer}
+            "batch_size_per_rank": batch_size_per_rank, "optimizer": optimizer,
+            "dtype": _task_dtype(tables, dtype)}
     return load_task(data)  # the file format's validation, so errors name the same fields
+
+
+# TorchRec's DataType values and the task file's dtypes they are
+TORCHREC_DTYPES = {"FP32": "fp32", "FP16": "fp16", "BF16": "bf16", "INT8": "int8"}
+
+
+def _task_dtype(tables: list[Any], given: str | None) -> str:
+    """The task's weight type: ``given``, checked against the TorchRec configs' ``data_type``s, else theirs."""
+    found: dict[str, str] = {}  # dtype -> the first config that has it
+    for t in tables:
+        data_type = getattr(t, "data_type", None)
+        if data_type is None or isinstance(t, (dict, Table)):
+            continue
+        value = str(getattr(data_type, "value", data_type))
+        if value not in TORCHREC_DTYPES:
+            raise InputError(f"tables[{t.name!r}].data_type", f"TorchRec's {value} has no shardplan weight type",
+                             f"use one of {sorted(TORCHREC_DTYPES)}")
+        found.setdefault(TORCHREC_DTYPES[value], t.name)
+    if len(found) > 1:
+        mixed = ", ".join(f"{d} ({n!r})" for d, n in found.items())
+        raise InputError("tables", f"the TorchRec configs mix weight types: {mixed}; a task has one",
+                         "plan each weight type's tables as a task of its own")
+    if given is not None and found and given not in found:
+        (theirs, first), = found.items()
+        raise InputError("dtype", f"is {given!r}, but the TorchRec configs' data_type is {theirs} "
+                         f"(table {first!r})", f"pass dtype={theirs!r} or leave it out")
+    return given if given is not None else next(iter(found), "fp32")
 
 
 def _table_row(t: Any, pooling_factors: dict[str, float], zipf_alphas: dict[str, float]) -> dict[str, Any]:

@@ -75,6 +75,12 @@ def test_collector_writes_stamped_rows_and_resumes(tmp_path):
     more = collect_compute(prof, POOL, out, 5, seed=5, repeats=2, warmup=1)
     assert sorted(more["sample"]) == [0, 1, 2, 3, 4]
     assert pd.read_parquet(out)["shards"].iloc[0] == df["shards"].iloc[0]
+    # another optimizer's or dtype's timings would blend into these under one model: refused, file untouched
+    before = out.read_bytes()
+    for kind in ({"optimizer": "rowwise_adagrad"}, {"dtype": "fp16"}):
+        with pytest.raises(InputError, match=r"--optimizer/--dtype.*profile of its own"):
+            collect_compute(prof, POOL, out, 6, seed=5, repeats=2, warmup=1, **kind)
+    assert out.read_bytes() == before
 
 
 def _synthetic(n: int, seed: int = 0):
@@ -216,6 +222,11 @@ def test_train_round_trip_on_a_tiny_collected_sample(tmp_path):
     assert (tmp_path / "reference.json").exists() and (tmp_path / "compute-model-report.md").exists()
     f, b = model.predict([specs_from_json(df.shards.iloc[0])])
     assert f[0] > 0 and b[0] > 0
+    assert (meta["optimizers"], meta["dtypes"]) == (["sgd"], ["fp32"])  # what the estimator lets it price
+    (tmp_path / "mixed").mkdir()  # two dtypes in one file would train one blend: refused, naming both
+    df.assign(dtype=["fp32", "fp16"] * 15).to_parquet(tmp_path / "mixed" / "compute.parquet")
+    with pytest.raises(InputError, match=r"2 optimizer/dtype pairs.*'fp16'.*'fp32'"):
+        train_and_report(prof, epochs=1, data_dir=tmp_path / "mixed", progress=False)
     # too few sets to train on is refused at the door, naming the file and the fix
     (tmp_path / "few").mkdir()
     df.head(3).to_parquet(tmp_path / "few" / "compute.parquet")

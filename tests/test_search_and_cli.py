@@ -599,3 +599,33 @@ def test_a_trainers_torchrec_configs_are_planned_and_their_plan_fits_its_model_p
     with pytest.raises(InputError, match="unpooled"):  # an EmbeddingCollection's table costs another way
         shardplan.make_task([EmbeddingConfig(name="seq", num_embeddings=100, embedding_dim=16, feature_names=["s"])],
                             2, pooling_factors={"seq": 3.0})
+    with pytest.raises(InputError, match=r"zipf_alphas\['t9'\]: names no TorchRec table config"):  # a typo
+        shardplan.make_task(configs, 2, pooling_factors={f"t{i}": 1.0 for i in range(4)}, zipf_alphas={"t9": 1.1})
+
+
+def test_a_torchrec_configs_weight_type_is_the_tasks():
+    """FP16 configs make an fp16 task (its memory at 2 bytes a weight), which a profile timed with fp32
+    weights refuses to price; a dtype that contradicts the configs, mixed types and a type shardplan has
+    no name for are errors that name the table."""
+    from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig
+
+    import shardplan
+
+    def configs(*types: DataType) -> list:
+        return [EmbeddingBagConfig(name=f"t{i}", num_embeddings=1000, embedding_dim=16, feature_names=[f"f{i}"],
+                                   data_type=t) for i, t in enumerate(types)]
+
+    pooling = {"t0": 2.0, "t1": 2.0}
+    half = shardplan.make_task(configs(DataType.FP16, DataType.FP16), 2, pooling_factors=pooling)
+    full = shardplan.make_task(configs(DataType.FP32, DataType.FP32), 2, pooling_factors=pooling)
+    assert (half.dtype, full.dtype) == ("fp16", "fp32")
+    assert shardplan.make_task(configs(DataType.BF16, DataType.BF16), 2, pooling_factors=pooling,
+                               dtype="bf16").dtype == "bf16"
+    with pytest.raises(InputError, match=r"^dtype: is 'fp32', but .* fp16 \(table 't0'\)"):
+        shardplan.make_task(configs(DataType.FP16, DataType.FP16), 2, pooling_factors=pooling, dtype="fp32")
+    with pytest.raises(InputError, match=r"mix weight types: fp32 \('t0'\), fp16 \('t1'\)"):
+        shardplan.make_task(configs(DataType.FP32, DataType.FP16), 2, pooling_factors=pooling)
+    with pytest.raises(InputError, match=r"tables\['t1'\].data_type: TorchRec's INT4"):
+        shardplan.make_task(configs(DataType.FP32, DataType.INT4), 2, pooling_factors=pooling)
+    with pytest.raises(InputError, match=r"task.dtype: 'fp16' has no cost data.*--dtype fp16"):
+        shardplan.plan(configs(DataType.FP16, DataType.FP16), 2, pooling_factors=pooling, searcher="greedy-size")

@@ -163,6 +163,26 @@ def retime(profile: Profile, src: Path, out: Path, flush_every: int = 25) -> pd.
     return append_rows(existing, rows, out)
 
 
+def data_kinds(df: pd.DataFrame) -> list[tuple[str, str]]:
+    """The (optimizer, dtype) pairs a cost-data frame's timings ran with (rows from before ``dtype`` was
+    stamped are fp32's)."""
+    if not len(df) or "optimizer" not in df:
+        return []
+    dtypes = df["dtype"] if "dtype" in df else pd.Series("fp32", index=df.index)
+    return sorted({(str(o), str(d)) for o, d in zip(df["optimizer"], dtypes.fillna("fp32")) if isinstance(o, str)})
+
+
+def check_one_kind(existing: pd.DataFrame, out: Path, optimizer: str, dtype: str) -> None:
+    """Refuse to add timings of another optimizer or dtype to a file: the cost model has no feature for
+    either, so a file of two kinds would be priced as one blend of both."""
+    other = [k for k in data_kinds(existing) if k != (optimizer, dtype)]
+    if other:
+        raise InputError("--optimizer/--dtype", f"{out} holds timings with optimizer {other[0][0]!r} and dtype "
+                         f"{other[0][1]!r}, not {optimizer!r} and {dtype!r}",
+                         "collect each optimizer and dtype into a profile of its own (shardplan profiles --new "
+                         "NAME --like BASE) or pass --out for another file")
+
+
 def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples: int, seed: int = 0,
                     optimizer: str = "sgd", dtype: str = "fp32", flush_every: int = 25,
                     warmup: int | None = None, repeats: int | None = None, min_shards: int = 1,
@@ -187,6 +207,7 @@ def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples:
                          "leave them out for the profile's protocol")
     profile.use_threads()
     existing = pd.read_parquet(out) if out.exists() else pd.DataFrame()
+    check_one_kind(existing, out, optimizer, dtype)
     done = set(existing.loc[existing["seed"] == seed, "sample"]) if len(existing) else set()
     todo = [i for i in range(num_samples) if i not in done]
     stamp = _stamp(profile, optimizer, dtype)

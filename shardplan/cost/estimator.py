@@ -61,13 +61,15 @@ class PlanEstimator:
         """Refuse a task this profile has no costs for, before anything is searched or priced: another
         optimizer than its data's, or ranks of another device than its own (a CPU profile's milliseconds
         are not a GPU's, and the task's memory default follows its device)."""
-        if task.optimizer not in self.optimizers:
-            raise InputError("task.optimizer", f"{task.optimizer!r} has no cost data in profile {self.profile!r}",
-                             f"use one of {self.optimizers} or collect data for it")
-        if task.dtype not in self.dtypes:  # the timings are of one weight type; another's are not priced silently
-            raise InputError("task.dtype", f"{task.dtype!r} has no cost data in profile {self.profile!r} (its kernels "
-                             f"were timed with {self.dtypes} weights)", f"plan with dtype {self.dtypes[0]!r}, or "
-                             "collect and train the profile's data with that dtype")
+        # the timings are of one optimizer and one weight type; another's are not priced silently
+        for field, value, kinds, flag in (("optimizer", task.optimizer, self.optimizers, "--optimizer"),
+                                          ("dtype", task.dtype, self.dtypes, "--dtype")):
+            if value not in kinds:
+                raise InputError(f"task.{field}", f"{value!r} has no cost data in profile {self.profile!r} (its "
+                                 f"kernels were timed with {field} {kinds})", f"plan with {field} {kinds[0]!r}, or "
+                                 f"time a profile of your own: shardplan profiles --new NAME --like {self.profile}, "
+                                 f"then shardplan collect compute --profile NAME {flag} {value} (profiles --show "
+                                 "NAME lists the rest)")
         device = get_profile(self.profile).device
         if task.topology.device != device:
             raise InputError("topology.device", f"is {task.topology.device!r} but profile {self.profile!r} "

@@ -25,6 +25,7 @@ from scipy.stats import spearmanr
 from ..errors import InputError
 from ..formats import write_json_atomic, write_text_atomic
 from .baselines import GBMCostModel, RooflineCostModel
+from .collect import data_kinds
 from .host_state import HostStateAdjustment, sample_reference_ms
 from .kernel import REFERENCE_SPECS, slowdown
 from .model import NeuralCostModel, check_context_code
@@ -200,6 +201,11 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     # the labels lose the share of it each op's length shows on the training split (host_state.py).
     divisor = nominal if profile.device == "cpu" else None
     sets, fwd, bwd, df = load_sets(data_dir / "compute.parquet", divisor)
+    kinds = data_kinds(df)
+    if len(kinds) > 1:  # the model has no feature for either, and would price a blend of both
+        raise InputError(str(data_dir / "compute.parquet"), f"holds timings of {len(kinds)} optimizer/dtype pairs "
+                         f"{kinds}", "keep one pair per profile: move the others' rows to a profile of their own")
+    (optimizer, dtype), = kinds or [("sgd", "fp32")]
     raw_f, raw_b = df["fwd_ms"].to_numpy(), df["bwd_ms"].to_numpy()
     hold = holdout_mask(df)
     tr = np.flatnonzero(~hold)
@@ -363,7 +369,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         "train_num_shards": [int(df["num_shards"].min()), int(df["num_shards"].max())],
         "data_stamp": {k: sorted(map(str, df[k].unique()))[:3] for k in
                        ("cpu_model", "cpu_cores", "torch", "fbgemm_gpu", "threads", "optimizer")},
-        "optimizers": sorted(df["optimizer"].unique()),
+        "optimizers": [optimizer], "dtypes": [dtype],  # what PlanEstimator.check_task lets it price
         "reference_ms": nominal,
         "labels": ("measured ms divided by the machine's slowdown during the sample: the mean of the "
                    "reference workload's times just before and after it, over the quiet reference "

@@ -33,12 +33,13 @@ def feature_name(table: str) -> str:
 def embedding_bag_collection(task: Task, device: str = "meta"):
     """An ``EmbeddingBagCollection`` with one table (and one feature) per task table."""
     import torch
-    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+    from torchrec.modules.embedding_configs import DataType, EmbeddingBagConfig
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
+    data_type = DataType(task.dtype.upper())  # TorchRec's planner sizes the weights by it
     return EmbeddingBagCollection(tables=[
         EmbeddingBagConfig(name=t.name, embedding_dim=t.embedding_dim, num_embeddings=t.num_embeddings,
-                           feature_names=[feature_name(t.name)]) for t in task.tables],
+                           feature_names=[feature_name(t.name)], data_type=data_type) for t in task.tables],
         device=torch.device(device))
 
 
