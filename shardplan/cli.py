@@ -814,7 +814,7 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--seed", type=at_least(0), default=0)
     cc.add_argument("--pools", default=",".join(COLLECT_POOLS))
     cc.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd",
-                    help="the fused optimizer the backward applies (default %(default)s)")
+                    help="the fused optimizer the backward applies (default %(default)s; not adam on a CPU)")
     cc.add_argument("--dtype", choices=tuple(DTYPE_BYTES), default="fp32",
                     help="the weights' type (default %(default)s); a profile's data holds one optimizer and "
                          "one dtype, which the model it trains then prices")

@@ -81,6 +81,12 @@ def test_collector_writes_stamped_rows_and_resumes(tmp_path):
         with pytest.raises(InputError, match=r"--optimizer/--dtype.*profile of its own"):
             collect_compute(prof, POOL, out, 6, seed=5, repeats=2, warmup=1, **kind)
     assert out.read_bytes() == before
+    # what FBGEMM's CPU TBE cannot train with is refused at the door, naming the flag, with nothing written
+    for kind, flag in (({"optimizer": "adam"}, "--optimizer"), ({"dtype": "bf16"}, "--dtype"),
+                       ({"dtype": "int8"}, "--dtype")):
+        with pytest.raises(InputError, match=rf"^{flag}: .* does not train on FBGEMM's CPU kernels"):
+            collect_compute(prof, POOL, tmp_path / "other.parquet", 1, **kind)
+    assert not (tmp_path / "other.parquet").exists()
 
 
 def _synthetic(n: int, seed: int = 0):

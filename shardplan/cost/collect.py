@@ -35,7 +35,8 @@ from tqdm import tqdm
 from ..domain import Table
 from ..errors import InputError
 from .draws import SetShape, random_sample
-from .kernel import QUIET_TOLERANCE, fbgemm_versions, require_device, time_reference, time_specs_bracketed
+from .kernel import (QUIET_TOLERANCE, fbgemm_versions, require_device, require_kernel, time_reference,
+                     time_specs_bracketed)
 from .profiles import Profile, load1, machine_stamp, reference_ms
 from .specs import ShardSpec, specs_from_json, specs_to_json
 
@@ -199,6 +200,7 @@ def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples:
         raise InputError("--min-shards/--max-shards", f"must be 1 <= min <= max, got {min_shards} and {max_shards}",
                          "give the fewest and most sharded shards a set holds, e.g. 1 and 15")
     shape.sharded_tables(pool), shape.replica_tables(pool)  # a pool it cannot draw from fails before any timing
+    require_kernel(optimizer, dtype, profile.device, ("--optimizer", "--dtype"))
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     warmup = profile.warmup if warmup is None else warmup
     repeats = profile.repeats if repeats is None else repeats

@@ -26,6 +26,9 @@ from .specs import ShardSpec
 OPTIMIZER_NAMES = {"sgd": "EXACT_SGD", "rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD",
                    "adagrad": "EXACT_ADAGRAD", "adam": "ADAM"}
 DTYPE_NAMES = {"fp32": "FP32", "fp16": "FP16", "bf16": "BF16"}
+# What FBGEMM's CPU TBE (fbgemm-gpu-cpu 1.8.0) trains with: it asserts on Adam and has no bf16 forward
+CPU_OPTIMIZERS = ("sgd", "rowwise_adagrad", "adagrad")
+CPU_DTYPES = ("fp32", "fp16")
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ def _build_tbe(shards: list[ShardInput], optimizer: str, dtype: str, device: tor
     from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
         ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen)
 
+    require_kernel(optimizer, dtype, device.type)
     if device.type == "cuda":
         loc, comp = EmbeddingLocation.DEVICE, ComputeDevice.CUDA
     else:
@@ -175,6 +179,19 @@ def require_device(device: str, field: str = "profile",
     with an :class:`InputError` naming ``field``, before anything is built or written."""
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
         raise InputError(field, f"asks for {device} kernels and this machine has no CUDA device", fix)
+
+
+def require_kernel(optimizer: str, dtype: str, device: str, fields: tuple[str, str] = ("task.optimizer", "task.dtype")
+                   ) -> None:
+    """Refuse an optimizer or weight type the device's TBE cannot train with (int8 is inference-only
+    everywhere; Adam and bf16 on the CPU), naming ``fields``, before anything is built or written."""
+    on_cpu = torch.device(device).type == "cpu"
+    optimizers = CPU_OPTIMIZERS if on_cpu else tuple(OPTIMIZER_NAMES)
+    dtypes = CPU_DTYPES if on_cpu else tuple(DTYPE_NAMES)
+    where = "FBGEMM's CPU kernels" if on_cpu else "FBGEMM's training kernels"
+    for field, value, known in ((fields[0], optimizer, optimizers), (fields[1], dtype, dtypes)):
+        if value not in known:
+            raise InputError(field, f"{value!r} does not train on {where}", f"use one of {list(known)}")
 
 
 def shard_inputs(specs: list[ShardSpec], id_seed: int, device: str = "cpu") -> list[ShardInput]:
