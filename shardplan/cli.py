@@ -391,7 +391,7 @@ def _cmd_searchers(args: argparse.Namespace) -> int:
 
 
 def _cmd_profiles(args: argparse.Namespace) -> int:
-    from .cost.profiles import BROKEN_PROFILES, PROFILES, host_cpu, host_profile, measured_on_this_cpu, new_profile
+    from .cost.profiles import BROKEN_PROFILES, PROFILES, host_cpu, host_profiles, measured_on_this_cpu, new_profile
 
     if args.new:
         if not args.like:
@@ -405,8 +405,11 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     if args.show:
         print(_profile_progress(args.show))
         return 0
-    here = host_profile()
-    print(f"this host: {host_cpu()!r}; its profile: {here.name if here else 'none trained'}")
+    mine = host_profiles()
+    here = mine[0] if mine else None
+    others = (f" (also measured on this CPU: {', '.join(p.name for p in mine[1:])}; shardplan run takes "
+              f"{here.name}; SHARDPLAN_PROFILE=NAME or --profile picks another)" if len(mine) > 1 else "")
+    print(f"this host: {host_cpu()!r}; its profile: {here.name if here else 'none trained'}{others}")
     for name, p in PROFILES.items():
         trained = ("trained" if (p.dir / "compute-model.json").exists() else
                    "roofline only" if p.published else "no compute model")  # an untrained GPU plans by its HBM

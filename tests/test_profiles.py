@@ -47,6 +47,26 @@ def test_the_host_profile_is_the_trained_one_of_its_cpu(host, monkeypatch, tmp_p
     assert host_profile() is None and local_profile() == profiles.DEFAULT_PROFILE
 
 
+def test_of_two_trained_profiles_of_one_cpu_the_host_takes_the_latest_trained(host, profile_dir, capsys):
+    """A profile made and trained here after the committed one of the same CPU name is the one its maker
+    collected for: ``run`` takes it, and the listing says which it took, the other and how to choose."""
+    def trained(name: str, date: str) -> None:
+        (profile_dir / name).mkdir(exist_ok=True)
+        (profile_dir / name / "compute-model.json").write_text(json.dumps({"metadata": {"date": date}}))
+
+    host(AMD)
+    trained("cpu-2c", "2026-11-23")
+    assert [p.name for p in profiles.host_profiles()] == ["cpu-2c"]
+    assert main(["profiles", "--new", "my-epyc", "--like", "cpu-2c"]) == 0
+    assert get_profile("my-epyc").cpu_model == AMD
+    trained("my-epyc", "2026-12-01")
+    assert [p.name for p in profiles.host_profiles()] == ["my-epyc", "cpu-2c"] and local_profile() == "my-epyc"
+    capsys.readouterr()
+    assert main(["profiles"]) == 0
+    listing = capsys.readouterr().out
+    assert "its profile: my-epyc (also measured on this CPU: cpu-2c; shardplan run takes my-epyc" in listing
+
+
 def test_another_cpus_timings_never_land_in_a_profiles_data(host, tmp_path, capsys):
     host("Some Other CPU")
     cpu2c = get_profile("cpu-2c")

@@ -302,12 +302,28 @@ def measured_on_this_cpu(profile: Profile) -> bool:
     return profile.device == "cpu" and bool(profile.cpu_model) and runs_here(profile)
 
 
+def host_profiles() -> list[Profile]:
+    """The CPU profiles measured on this host's CPU that have a trained compute model, the most apt
+    first: the longest recorded CPU name (the most specific), then the latest trained (a profile made
+    here after a committed one of the same CPU name is the one its maker collected for), then by name."""
+    found = [p for p in PROFILES.values() if measured_on_this_cpu(p) and (p.dir / "compute-model.json").exists()]
+    if len(found) < 2:
+        return found
+
+    def trained(p: Profile) -> str:
+        try:
+            return str(json.loads((p.dir / "compute-model.json").read_text())["metadata"]["date"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return ""
+
+    by_name = sorted(found, key=lambda p: p.name)
+    by_date = sorted(by_name, key=trained, reverse=True)
+    return sorted(by_date, key=lambda p: len(p.cpu_model), reverse=True)  # sorts are stable
+
+
 def host_profile() -> Profile | None:
-    """The CPU profile measured on this host's CPU that has a trained compute model, if any."""
-    for p in PROFILES.values():
-        if measured_on_this_cpu(p) and (p.dir / "compute-model.json").exists():
-            return p
-    return None
+    """This host's own profile (:func:`host_profiles`' first), if any."""
+    return next(iter(host_profiles()), None)
 
 
 def local_profile() -> str:
