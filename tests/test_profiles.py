@@ -9,7 +9,7 @@ from shardplan.cost import profiles
 from shardplan.cost.profiles import (check_collect_target, foreign_host_note, get_profile, host_profile,
                                      local_profile, runs_here)
 from shardplan.errors import InputError
-from shardplan.execute.measure import measure_plan
+from shardplan.execute.measure import measure_plan, measure_plan_calibrated
 from shardplan.formats import load_plan
 
 AMD, INTEL = "AMD EPYC", "Intel(R) Xeon(R) Processor"
@@ -92,6 +92,11 @@ def test_measuring_on_another_cpu_warns_and_says_so_in_the_cost_block(host, plan
     host(AMD)
     cost = measure_plan(load_plan(plan_dict), "cpu-2c")
     assert cost.extra["host_cpu"] == AMD and "foreign_host" not in cost.extra
+    # a GPU plan's ranks are not timed on CPU kernels and reported as its measured cost
+    gpu = {**plan_dict, "task": {**plan_dict["task"], "topology": {**plan_dict["task"]["topology"], "device": "cuda"}}}
+    for measure in (measure_plan, measure_plan_calibrated):
+        with pytest.raises(InputError, match=r"^topology.device: .* cuda ranks but profile 'cpu-2c' times cpu"):
+            measure(load_plan(gpu), "cpu-2c")
 
 
 def test_the_probe_tells_a_machine_that_only_shares_the_cpus_name(host, monkeypatch, capsys):

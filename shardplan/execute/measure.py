@@ -137,6 +137,16 @@ def _plans_take_turns_by_visit(plans: list[Plan], visits: int) -> bool:
     return len(plans) > 1 and sum(need) <= MEMORY_SHARE * have
 
 
+def check_device(plans: list[Plan], profile: Profile) -> None:
+    """Refuse to time a plan of another device's ranks with ``profile``'s kernels: CPU timings of a GPU
+    plan (or the reverse) would be reported as its measured cost."""
+    for p in plans:
+        if p.task.topology.device != profile.device:
+            raise InputError("topology.device", f"plan of {p.task.name!r} has {p.task.topology.device} ranks but "
+                             f"profile {profile.name!r} times {profile.device} kernels",
+                             f"measure it with a {p.task.topology.device} profile, on that device")
+
+
 def measure_plans(plans: list[Plan], profile_name: str = DEFAULT_PROFILE, rounds: int = 1,
                   visits: int = 1, visit_warmup: int = VISIT_WARMUP) -> list[PlanCost]:
     """Measured cost of each plan (compute timed, comm from the comm model), interleaved.
@@ -154,6 +164,7 @@ def measure_plans(plans: list[Plan], profile_name: str = DEFAULT_PROFILE, rounds
         raise InputError("rounds" if rounds < 1 else "visits" if visits < 1 else "visit_warmup",
                          "must be at least 1 (visit_warmup: at least 0)")
     profile = get_profile(profile_name)
+    check_device(plans, profile)
     host = host_record(profile)
     profile.use_threads()
     nominal = reference_ms(profile)
@@ -217,6 +228,7 @@ def measure_plan_calibrated(plan: Plan, profile_name: str = DEFAULT_PROFILE, rou
     if rounds < 1:
         raise InputError("rounds", "must be at least 1")
     profile = get_profile(profile_name)
+    check_device([plan], profile)
     host = host_record(profile)
     comm_model = comm_model_for(profile)
     comm = comm_model.rank_comm_ms(rank_volumes(plan), plan.task.topology)
