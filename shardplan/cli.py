@@ -853,7 +853,9 @@ def build_parser() -> argparse.ArgumentParser:
     cc.set_defaults(func=_cmd_collect_compute)
     cr = with_profile(csub.add_parser("ranks", help="plan a suite with several searchers and time every rank "
                                                     "(whole-rank samples; resumable)"))
-    cr.add_argument("--suite", default="data/tasks/cpu-train")
+    cr.add_argument("--suite", default="data/tasks/cpu-train",
+                    help="task files to plan (default %(default)s): their shapes, run with the optimizer and "
+                         "dtype of the profile's data")
     cr.add_argument("--searchers", default="neuroshard,neuroshard-tw,greedy-cost,torchrec,greedy-lookup,"
                                            "greedy-size,round-robin,random")
     cr.add_argument("--plans", help="a folder of plan files made elsewhere: time their ranks instead of planning "

@@ -367,6 +367,28 @@ def test_rank_collector_gates_on_the_fitness_probe_when_asked(monkeypatch, tmp_p
     assert df[df["round"] == 3].fit_label_ratio.isna().all()
 
 
+def test_rank_collectors_time_a_suite_as_the_profile_runs_and_refuse_unknown_searchers(monkeypatch, tmp_path,
+                                                                                        task_dict, estimator):
+    """A training suite gives shapes: its ranks are timed, and stamped, with the optimizer and weight type
+    of the profile's data, whatever the task file says. A misspelt searcher is bad input before any
+    timing, not a task recorded as infeasible."""
+    from shardplan.cost import collect_ranks
+
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({**task_dict, "optimizer": "rowwise_adagrad", "dtype": "fp16"}))
+    kinds = []
+    monkeypatch.setattr(collect_ranks, "timed_row",
+                        lambda specs, optimizer, dtype, *a: kinds.append((optimizer, dtype)) or {"fwd_ms": 1.0,
+                                                                                                 "bwd_ms": 1.0})
+    out = tmp_path / "ranks.parquet"
+    df = collect_ranks.collect_plan_ranks(get_profile("cpu-2c"), [path], ["greedy-dim"], estimator, out)
+    assert set(kinds) == {("sgd", "fp32")} and set(zip(df.optimizer, df.dtype)) == {("sgd", "fp32")}
+    for collect in (collect_ranks.collect_plan_ranks, collect_ranks.collect_plan_groups):
+        with pytest.raises(InputError, match=r"^searcher: unknown searcher 'greedy-dimm'"):
+            collect(get_profile("cpu-2c"), [path], ["greedy-dimm"], estimator, tmp_path / "other.parquet")
+    assert not (tmp_path / "other.parquet").exists()
+
+
 def test_carried_plans_ranks_are_timed_on_real_kernels_and_resume(tmp_path, task_dict, estimator, capsys):
     """`collect ranks --plans`: plans made elsewhere (as the GPU suite's are) timed rank by rank, the
     searcher each plan records kept, the rows the shape the trainer reads; a second run adds nothing."""

@@ -31,13 +31,15 @@ from __future__ import annotations
 
 import datetime as _dt
 import zlib
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 from tqdm import tqdm
 
-from ..domain import Plan
-from ..errors import InputError
+from ..domain import Plan, Task
+from ..errors import InfeasibleError
 from ..formats import load_plan, load_task
 from .collect import _stamp, append_rows, quiet_reference_ms, spec_columns, timed_row
 from .estimator import PlanEstimator
@@ -45,6 +47,9 @@ from .fitness import wait_until_fit
 from .kernel import MEASURE_SLOW_LIMIT, QUIET_TOLERANCE
 from .profiles import Profile
 from .specs import rank_specs
+
+if TYPE_CHECKING:
+    from ..search.base import Searcher
 
 RANKS_SEED = 7  # the `seed` column of plan-rank rows (random samples use the collector's seeds)
 
@@ -91,27 +96,37 @@ def _rank_rows(plan: Plan, searcher: str, profile: Profile, round_: int, quiet_m
             for rank, specs in enumerate(rank_specs(plan)) if specs]
 
 
+def suite_task(path: Path, estimator: PlanEstimator) -> Task:
+    """A training suite's task as the profile runs it: a suite gives the shapes (tables, topology, batch),
+    the profile's cost data the optimizer and weight type every rank is timed with."""
+    return replace(load_task(path), optimizer=estimator.optimizers[0], dtype=estimator.dtypes[0])
+
+
+def searchers_named(names: list[str]) -> dict[str, Searcher]:
+    """The searchers by name, looked up before anything is timed: an unknown name (or a policy that is
+    missing) is bad input, not a task no searcher could plan."""
+    from ..search import get_searcher
+
+    return {name: get_searcher(name) for name in names}
+
+
 def collect_plan_ranks(profile: Profile, task_paths: list[Path], searchers: list[str], estimator: PlanEstimator,
-                       out: Path, optimizer: str = "sgd", round_: int = 0,
-                       wait_fit_s: float = 0.0) -> pd.DataFrame:
+                       out: Path, round_: int = 0, wait_fit_s: float = 0.0) -> pd.DataFrame:
     """Time the ranks of every (task, searcher) plan not yet in ``out`` for this ``round_``.
 
     A round is one pass of DreamShard's loop: plan with the current model, time,
     retrain; the next round's plans (by the retrained model) are new data."""
-    from ..search import get_searcher
-
+    chosen = searchers_named(searchers)
     existing, done, quiet_ms = _resume(profile, out)
     todo = [(p, s) for p in task_paths for s in searchers]
-    stamp = _stamp(profile, optimizer, "fp32")
+    stamp = _stamp(profile, estimator.optimizers[0], estimator.dtypes[0])
     for path, searcher in tqdm(todo, desc=f"collect plan ranks [{profile.name}]"):
-        task = load_task(path)
+        task = suite_task(path, estimator)
         if (task.name, searcher, round_) in done:
             continue
-        if task.optimizer != optimizer:
-            raise InputError(str(path), f"optimizer {task.optimizer!r} differs from --optimizer {optimizer!r}")
         try:
-            plan = get_searcher(searcher).plan(task, estimator, seed=0)
-        except InputError:  # infeasible for this searcher: nothing to time
+            plan = chosen[searcher].plan(task, estimator, seed=0)
+        except InfeasibleError:  # infeasible for this searcher: nothing to time
             rows = [{"task": task.name, "searcher": searcher, "rank": -1, "source": "plan-rank-infeasible",
                      "round": round_}]
         else:
@@ -129,15 +144,16 @@ def collect_carried_plan_ranks(profile: Profile, plan_paths: list[Path], out: Pa
     ranks of the GPU profile, the same population the emulated loop times its way. The searcher is the
     one each plan records. Resumable by (task, searcher, round)."""
     existing, done, quiet_ms = _resume(profile, out)
-    stamps: dict[str, dict] = {}  # per optimizer: the stamp reads the machine
+    stamps: dict[tuple[str, str], dict] = {}  # per optimizer and dtype: the stamp reads the machine
     for path in tqdm(plan_paths, desc=f"collect carried plan ranks [{profile.name}]"):
         plan = load_plan(path)
         searcher = str(plan.search.get("searcher", path.stem))
         if (plan.task.name, searcher, round_) in done:
             continue
-        if plan.task.optimizer not in stamps:
-            stamps[plan.task.optimizer] = _stamp(profile, plan.task.optimizer, "fp32")
-        rows = _rank_rows(plan, searcher, profile, round_, quiet_ms, stamps[plan.task.optimizer], wait_fit_s)
+        kind = (plan.task.optimizer, plan.task.dtype)
+        if kind not in stamps:
+            stamps[kind] = _stamp(profile, *kind)
+        rows = _rank_rows(plan, searcher, profile, round_, quiet_ms, stamps[kind], wait_fit_s)
         existing = append_rows(existing, rows, out)
     return existing
 
@@ -159,22 +175,22 @@ def collect_plan_groups(profile: Profile, task_paths: list[Path], searchers: lis
     as a group of its own, ``<task>@<round>``: its divisor is not the earlier group's.
     """
     from ..execute.measure import measure_plans
-    from ..search import get_searcher
 
+    chosen = searchers_named(searchers)
     existing = _existing(out)
     done = set(existing["group"]) if len(existing) else set()
-    stamp = _stamp(profile, "sgd", "fp32")
+    stamp = _stamp(profile, estimator.optimizers[0], estimator.dtypes[0])
     out.parent.mkdir(parents=True, exist_ok=True)
     for path in tqdm(task_paths, desc=f"collect plan groups [{profile.name}, round {round_}]"):
-        task = load_task(path)
+        task = suite_task(path, estimator)
         group = task.name if round_ == 0 else f"{task.name}@{round_}"
         if group in done:
             continue
         plans = []
         for searcher in searchers:
             try:
-                plans.append((searcher, get_searcher(searcher).plan(task, estimator, seed=0)))
-            except InputError:  # infeasible for this searcher: nothing to time
+                plans.append((searcher, chosen[searcher].plan(task, estimator, seed=0)))
+            except InfeasibleError:  # infeasible for this searcher: nothing to time
                 continue
         costs = measure_plans([p for _, p in plans], profile.name, rounds=rounds, visits=visits)
         rows = []
