@@ -326,6 +326,11 @@ def test_bench_resumes_an_interrupted_run_and_only_with_the_same_settings(tmp_pa
     (out / "t.partial.json").write_text(json.dumps({**settings, "rounds": 3}))
     df = run_bench(suite, ["greedy-dim"], estimator, "cpu-2c", 1, out, "t")  # other settings: timed afresh
     assert df.measured_ms.tolist() != [123.0] and df.measured_ms.iloc[0] > 0
+    # a task the profile cannot price stops the bench at the door, naming its file, before any timing
+    (suite / "b.json").write_text(json.dumps({**task_dict, "name": "half", "dtype": "fp16"}))
+    with pytest.raises(InputError, match=r"b\.json: task\.dtype: 'fp16' has no cost data"):
+        run_bench(suite, ["greedy-dim"], estimator, "cpu-2c", 1, out, "u")
+    assert not list(out.glob("u.*"))
 
 
 def test_neuroshard_packs_tight_tasks_that_the_cost_order_strands(estimator):

@@ -109,6 +109,14 @@ def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profi
     from ..formats import load_task
 
     require_device(get_profile(profile).device)  # before the first task's planning, not after it
+    loaded = []
+    for path in tasks:  # a task the profile cannot price is bad input, not a row of failed searchers
+        task = load_task(path)
+        try:
+            estimator.check_task(task)
+        except InputError as e:
+            raise InputError(f"{path}: {e.field}", e.problem, e.fix) from None
+        loaded.append(task)
     load_before = load1()
     out_dir.mkdir(parents=True, exist_ok=True)
     partial = out_dir / f"{name}.partial.csv"
@@ -116,8 +124,7 @@ def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profi
                 "model": estimator.compute_name, **({"visits": visits} if visits > 1 else {})}
     rows = resumed_rows(partial, settings)
     done = {r["task"] for r in rows}
-    for path in tqdm(tasks, desc=f"bench {suite.name}"):
-        task = load_task(path)
+    for task in tqdm(loaded, desc=f"bench {suite.name}"):
         if task.name in done:
             continue
         fitness = wait_until_fit(get_profile(profile), wait_fit_s)
