@@ -65,6 +65,13 @@ def test_a_gpu_profile_plans_with_the_model_it_names(server: str, task_dict: dic
     bad = httpx.post(server + "/v1/plans", params={"profile": "cpu-2c", "host_reference_ms": 0.8}, json=task_dict,
                      timeout=60)
     assert bad.status_code == 422 and "host_reference_ms" in bad.text
+    # a task the profile has no costs for points at its field: in a task body, and in a plan body's task
+    fp16 = httpx.post(server + "/v1/plans", json=dict(task_dict, dtype="fp16"), timeout=60)
+    assert _error(fp16, 422)["loc"] == ["body", "dtype"] and "--dtype fp16" in fp16.text
+    cpu_plan = httpx.post(server + "/v1/plans", json=task_dict, timeout=60).json()
+    moved = dict(cpu_plan, task=dict(cpu_plan["task"], topology={**cpu_plan["task"]["topology"], "device": "cuda"}))
+    assert _error(httpx.post(server + "/v1/evaluations", params={"profile": "cpu-2c"}, json=moved, timeout=60),
+                  422)["loc"] == ["body", "task", "topology", "device"]
 
 
 def test_plan_then_evaluate_round_trip(server: str, task_dict: dict) -> None:

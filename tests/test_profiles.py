@@ -95,7 +95,7 @@ def test_measuring_on_another_cpu_warns_and_says_so_in_the_cost_block(host, plan
     # a GPU plan's ranks are not timed on CPU kernels and reported as its measured cost
     gpu = {**plan_dict, "task": {**plan_dict["task"], "topology": {**plan_dict["task"]["topology"], "device": "cuda"}}}
     for measure in (measure_plan, measure_plan_calibrated):
-        with pytest.raises(InputError, match=r"^topology.device: .* cuda ranks but profile 'cpu-2c' times cpu"):
+        with pytest.raises(InputError, match=r"^task.topology.device: .* cuda ranks but profile 'cpu-2c' times cpu"):
             measure(load_plan(gpu), "cpu-2c")
 
 
@@ -313,7 +313,7 @@ def test_a_weight_type_without_cost_data_is_refused_rather_than_priced_as_fp32()
     import shardplan
 
     tables = [{"name": "t", "num_embeddings": 1000, "embedding_dim": 16, "pooling_factor": 2.0}]
-    with pytest.raises(InputError, match="task.dtype") as e:
+    with pytest.raises(InputError, match="^dtype: ") as e:
         shardplan.plan(shardplan.load_task({**shardplan.formats.task_to_dict(shardplan.make_task(tables, 2)),
                                             "dtype": "fp16"}), searcher="greedy-size")
     assert "fp32" in str(e.value)

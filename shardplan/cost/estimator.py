@@ -57,28 +57,29 @@ class PlanEstimator:
                 found[k] = self._cache[k] = (float(f), float(b))
         return [found[k] for k in keys]
 
-    def check_task(self, task: Task) -> None:
+    def check_task(self, task: Task, where: str = "") -> None:
         """Refuse a task this profile has no costs for, before anything is searched or priced: another
-        optimizer than its data's, or ranks of another device than its own (a CPU profile's milliseconds
-        are not a GPU's, and the task's memory default follows its device)."""
+        optimizer or weight type than its data's, or ranks of another device than its own (a CPU profile's
+        milliseconds are not a GPU's, and the task's memory default follows its device). Fields are named
+        as in a task file, after ``where`` (``"task."`` for a plan's task)."""
         # the timings are of one optimizer and one weight type; another's are not priced silently
         for field, value, kinds, flag in (("optimizer", task.optimizer, self.optimizers, "--optimizer"),
                                           ("dtype", task.dtype, self.dtypes, "--dtype")):
             if value not in kinds:
-                raise InputError(f"task.{field}", f"{value!r} has no cost data in profile {self.profile!r} (its "
+                raise InputError(f"{where}{field}", f"{value!r} has no cost data in profile {self.profile!r} (its "
                                  f"kernels were timed with {field} {kinds})", f"plan with {field} {kinds[0]!r}, or "
                                  f"time a profile of your own: shardplan profiles --new NAME --like {self.profile}, "
                                  f"then shardplan collect compute --profile NAME {flag} {value} (profiles --show "
                                  "NAME lists the rest)")
         device = get_profile(self.profile).device
         if task.topology.device != device:
-            raise InputError("topology.device", f"is {task.topology.device!r} but profile {self.profile!r} "
+            raise InputError(f"{where}topology.device", f"is {task.topology.device!r} but profile {self.profile!r} "
                              f"prices {device} ranks", f"set topology.device to {device!r}, or use a "
                              f"{task.topology.device} profile: {profiles_of_device(task.topology.device)}")
 
     def estimate(self, plan: Plan) -> PlanCost:
         task = plan.task
-        self.check_task(task)
+        self.check_task(task, where="task.")
         compute = self.rank_compute(rank_specs(plan))
         comm = self.comm.rank_comm_ms(rank_volumes(plan), task.topology)
         mem = rank_memory_gb(plan)

@@ -142,7 +142,7 @@ def check_device(plans: list[Plan], profile: Profile) -> None:
     plan (or the reverse) would be reported as its measured cost."""
     for p in plans:
         if p.task.topology.device != profile.device:
-            raise InputError("topology.device", f"plan of {p.task.name!r} has {p.task.topology.device} ranks but "
+            raise InputError("task.topology.device", f"plan of {p.task.name!r} has {p.task.topology.device} ranks but "
                              f"profile {profile.name!r} times {profile.device} kernels",
                              f"measure it with a {p.task.topology.device} profile, on that device")
 
