@@ -79,7 +79,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     stem = out / f"api-load-{args.searcher}"
     stem.with_suffix(".json").write_text(json.dumps(row, indent=2) + "\n")
-    table = ("| searcher | requests | succeeded | p50 s | p99 s | wall s | plans/s |\n| --- | --- | --- | --- | --- | --- | --- |\n"
+    table = ("| searcher | requests | succeeded | p50 s | p99 s | wall s | plans/s |\n"
+             "| --- | --- | --- | --- | --- | --- | --- |\n"
              f"| {args.searcher} | {args.requests} | {ok} | {row['p50_s']} | {row['p99_s']} | {row['wall_s']} | "
              f"{row['throughput_plans_per_s']} |\n")
     stem.with_suffix(".md").write_text(

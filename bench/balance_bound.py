@@ -59,7 +59,8 @@ def main() -> None:
     args = ap.parse_args()
     df = pd.read_csv(args.csv)
     if "predicted_rank_compute_ms" not in df.columns:
-        raise InputError("csv", f"{args.csv} has no per-rank columns (benches before 2026-11-21 lack them)", "re-run the bench")
+        raise InputError("csv", f"{args.csv} has no per-rank columns (benches before 2026-11-21 lack them)",
+                         "re-run the bench")
     table = bound_table(df, args.searcher)
     if table.empty:
         raise InputError("--searcher", f"{args.csv} has no task planned by both torchrec and {args.searcher}",

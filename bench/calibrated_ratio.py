@@ -1,4 +1,5 @@
-"""The default searcher against TorchRec with every rank neighbour-calibrated: the bench's bars on the host the cost data describes.
+"""The default searcher against TorchRec with every rank neighbour-calibrated: the bench's bars on the host
+the cost data describes.
 
 ``shardplan bench`` divides every rank of a task by one reference slowdown. On
 a host that slows short ranks more than long ones that flatters TorchRec's

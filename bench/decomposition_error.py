@@ -73,7 +73,8 @@ def by_the_clock(rows: pd.DataFrame, df: pd.DataFrame, quiet_ms: float) -> pd.Da
     for t in sorted(set(when)):
         w, h = when == t, (when == t) & heavy
         out.append({"from (UTC)": t, "sets": int(w.sum()),
-                    "reference": float(np.median(np.concatenate(df.loc[w, "ref_ms"].map(np.asarray).tolist()))) / quiet_ms,
+                    "reference": float(np.median(np.concatenate(df.loc[w, "ref_ms"].map(np.asarray).tolist())))
+                    / quiet_ms,
                     "error, all": median_error(rows.loc[w, "log_error"]),
                     f"error, over {HEAVY_MB:g} MB": median_error(rows.loc[h, "log_error"]) if h.any() else "",
                     f"measured ratio, over {HEAVY_MB:g} MB": float(rows.loc[h, "measured_ratio"].median())
@@ -89,7 +90,8 @@ def label_moves(df: pd.DataFrame, profile_dir: Path, quiet_ms: float) -> np.ndar
         src = pd.read_parquet(profile_dir / name).loc[part["src_row"]]
         label = (src["fwd_ms"] + src["bwd_ms"]).to_numpy() / slowdown(
             src["ref_before_ms"].to_numpy(), src["ref_after_ms"].to_numpy(), quiet_ms)
-        now = (part["whole_fwd_ms"] + part["whole_bwd_ms"]).to_numpy() / (part["ref_ms"].map(np.median).to_numpy() / quiet_ms)
+        part_slowdown = part["ref_ms"].map(np.median).to_numpy() / quiet_ms
+        now = (part["whole_fwd_ms"] + part["whole_bwd_ms"]).to_numpy() / part_slowdown
         moves[df.index.get_indexer(part.index)] = now / label
     return moves
 
@@ -105,16 +107,19 @@ def paired(df: pd.DataFrame, other: pd.DataFrame, heavy: pd.Series) -> pd.DataFr
     move = pd.Series(measured_ratios(a)[:, 2] / measured_ratios(b)[:, 2], index=common)
     return pd.DataFrame([{
         "pairs": len(common), f"heavy (over {HEAVY_MB:g} MB)": int(a["heavy"].sum()),
-        "ratio, all": move.median(), "ratio, heavy": move[a["heavy"]].median(), "ratio, light": move[~a["heavy"]].median(),
+        "ratio, all": move.median(), "ratio, heavy": move[a["heavy"]].median(),
+        "ratio, light": move[~a["heavy"]].median(),
         "sum alone": (alone(a) / alone(b)).median(),
         "reference": (a["ref_ms"].map(np.median) / b["ref_ms"].map(np.median)).median(),
-        "dates": f"{a['date'].min()[11:16]}-{a['date'].max()[11:16]} over {b['date'].min()[11:16]}-{b['date'].max()[11:16]} UTC"}])
+        "dates": f"{a['date'].min()[11:16]}-{a['date'].max()[11:16]} over "
+                 f"{b['date'].min()[11:16]}-{b['date'].max()[11:16]} UTC"}])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="cpu-2c")
-    ap.add_argument("--file", type=Path, help="decompositions file (default: the profile's compute-decompositions.parquet)")
+    ap.add_argument("--file", type=Path,
+                    help="decompositions file (default: the profile's compute-decompositions.parquet)")
     ap.add_argument("--model", help="compute-model file (default: the profile's committed one)")
     ap.add_argument("--paired-with", type=Path, help="another decompositions file of the same source rows (a re-time)")
     ap.add_argument("--name", required=True)
@@ -166,7 +171,8 @@ def main() -> None:
               ["measured_ratio", "predicted_ratio"]].median().to_markdown(floatfmt=".3f"), ""]
     if args.paired_with:
         if not args.paired_with.is_file():
-            raise InputError("--paired-with", f"no decompositions at {args.paired_with}", "give a file of shardplan collect decompositions")
+            raise InputError("--paired-with", f"no decompositions at {args.paired_with}",
+                             "give a file of shardplan collect decompositions")
         md += [f"## Paired with `{args.paired_with}`", "",
                "The same sets, this file's over that one's (medians of per-set ratios):", "",
                paired(df, pd.read_parquet(args.paired_with), rows["touched_mb"] > HEAVY_MB).to_markdown(

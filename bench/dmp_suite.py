@@ -1,4 +1,5 @@
-"""Real training, not kernels alone: the default searcher's plans and its peers', trained under DistributedModelParallel.
+"""Real training, not kernels alone: the default searcher's plans and its peers', trained under
+DistributedModelParallel.
 
 For every task of a suite with at most ``--max-ranks`` ranks (one gloo process per rank; this
 machine has 2 cores, so 2-rank tasks give each process a core of its own), plan it with the
@@ -125,7 +126,8 @@ def main() -> None:
     ap.add_argument("--suite", type=Path, default=Path("data/tasks/cpu-bench"))
     ap.add_argument("--profile", default="cpu-2c")
     ap.add_argument("--peers", default="torchrec", help="comma-separated searchers to train against (default torchrec)")
-    ap.add_argument("--max-ranks", type=at_least(1), default=2, help="skip tasks with more ranks (one process per rank)")
+    ap.add_argument("--max-ranks", type=at_least(1), default=2,
+                    help="skip tasks with more ranks (one process per rank)")
     ap.add_argument("--iterations", type=at_least(1), default=60)
     ap.add_argument("--warmup", type=at_least(0), default=5)
     ap.add_argument("--rounds", type=at_least(1), default=3)
@@ -147,7 +149,8 @@ def main() -> None:
         for peer in peers:
             get_searcher(peer)  # an unknown name fails here, before any training
         estimator = load_estimator(args.profile)
-        tasks = [t for t in map(load_task, sorted(args.suite.glob("*.json"))) if t.topology.world_size <= args.max_ranks]
+        tasks = [t for t in map(load_task, sorted(args.suite.glob("*.json")))
+                 if t.topology.world_size <= args.max_ranks]
         tasks = tasks[: args.limit]
         args.out.mkdir(parents=True, exist_ok=True)
         rows = resumable_rows(

@@ -1,4 +1,5 @@
-"""Where on the map of rank sizes a compute model errs: its signed error on stored cost data, by rows touched and by length.
+"""Where on the map of rank sizes a compute model errs: its signed error on stored cost data, by rows touched
+and by length.
 
 Each stored set with an absolute label (random shard sets, whole plan ranks,
 the larger sets) is predicted by the model and compared with its label,

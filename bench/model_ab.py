@@ -78,7 +78,9 @@ def main() -> None:
           *provenance(load_before, f"; divisor per task {df.slowdown.min():.2f}-{df.slowdown.max():.2f}x."), "",
           f"Plans of `{DEFAULT_SEARCHER}` under each model and TorchRec's plan, measured in one call per task "
           f"({args.rounds} rounds x {args.visits} visits, turns by visit): real FBGEMM CPU kernel times on "
-          f"profile `{args.profile}`'s measurement protocol, comm from its comm model. {vs_torchrec.loc['torchrec', 'tasks_planned']} tasks TorchRec plans. B over A, measured: **{b_over_a:.3f}** "
+          f"profile `{args.profile}`'s measurement protocol, comm from its comm model. "
+          f"{vs_torchrec.loc['torchrec', 'tasks_planned']} tasks TorchRec plans. "
+          f"B over A, measured: **{b_over_a:.3f}** "
           f"(geomean over {len(wide)} tasks).", "",
           summary.to_markdown(index=False, floatfmt=".3f"), "",
           wide.join(imb.add_suffix(" imbalance")).to_markdown(floatfmt=".3f"), ""]

@@ -1,4 +1,5 @@
-"""Does neighbour calibration give back the quiet host's times on a disturbed host? Checked on ranks whose quiet times are known.
+"""Does neighbour calibration give back the quiet host's times on a disturbed host? Checked on ranks whose
+quiet times are known.
 
 Targets are stored plan ranks of the profile (``compute-ranks.parquet``,
 timed under the quiet gate), a seeded choice spread evenly over log label
@@ -135,7 +136,8 @@ def main() -> None:
             for f, g in df.groupby("features", sort=False)), "",
           "| label band | neighbours by | targets | by reference: mean abs | by neighbours: mean abs |",
           "| --- | --- | --- | --- | --- |"]
-    md += [f"| {b} | {f} | {len(g)} | {100 * g.by_reference.abs().mean():.1f}% | {100 * g.by_neighbours.abs().mean():.1f}% |"
+    md += [f"| {b} | {f} | {len(g)} | {100 * g.by_reference.abs().mean():.1f}% | "
+           f"{100 * g.by_neighbours.abs().mean():.1f}% |"
            for (b, f), g in df.groupby(["band", "features"], observed=True)]
     write_text_atomic(out / f"{stem}.md", "\n".join(md) + "\n")
     print("\n".join(md))

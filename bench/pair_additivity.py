@@ -107,7 +107,8 @@ def main() -> None:
     ap.add_argument("--searcher", default=DEFAULT_SEARCHER, help="whose plan's rank to take apart")
     ap.add_argument("--repeats", type=at_least(1), default=7, help="repetitions (all ops take turns)")
     ap.add_argument("--leave-one-out", action="store_true",
-                    help="also time the rank without each of its shards: what each adds to the rank, measured and predicted")
+                    help="also time the rank without each of its shards: what each adds to the rank, measured and "
+                         "predicted")
     ap.add_argument("--name", required=True)
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     args = ap.parse_args()

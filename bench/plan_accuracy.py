@@ -50,7 +50,8 @@ def calibrated_rounds(plan: Plan, profile: str, rounds: int) -> dict[int, dict[s
     return {r: {"cal_fwd_ms": rc.fwd_compute_ms, "cal_bwd_ms": rc.bwd_compute_ms,
                 "cal_factor": m.extra["calibration_factor_per_rank"][r],
                 "cal_features": m.extra["calibration_neighbours_by"],
-                "cal_round_spread": max(m.extra["rounds_compute_ms_per_rank"][r]) / min(m.extra["rounds_compute_ms_per_rank"][r]),
+                "cal_round_spread": max(m.extra["rounds_compute_ms_per_rank"][r])
+                / min(m.extra["rounds_compute_ms_per_rank"][r]),
                 "cal_reference_slowdown": m.extra["reference_slowdown"]}
             for r, rc in enumerate(m.per_rank) if rc.compute_ms > 0}
 
@@ -121,12 +122,14 @@ def main() -> None:
                f"{scores(df.rel_err)}.")
     if args.calibrate:
         summary += (f" Against the same ranks measured by neighbour calibration (each beside labelled stored "
-                    f"ranks like it, {args.rounds} round(s); factor {df.cal_factor.min():.2f}-{df.cal_factor.max():.2f}, "
+                    f"ranks like it, {args.rounds} round(s); factor "
+                    f"{df.cal_factor.min():.2f}-{df.cal_factor.max():.2f}, "
                     f"reference {df.cal_reference_slowdown.median():.2f}x quiet; a rank's rounds differ by a median "
                     f"{(df.cal_round_spread.median() - 1) * 100:.1f}%): {scores(df.cal_rel_err)}.")
     md = [f"# Predicted vs measured rank compute on {args.searcher} plans of `{args.suite}`", "",
           *provenance(load_before), "",
-          machine_state_line(df.groupby("task").reference_slowdown.first().dropna().tolist(), probes_by_task(df)), "", summary, "",
+          machine_state_line(df.groupby("task").reference_slowdown.first().dropna().tolist(), probes_by_task(df)), "",
+          summary, "",
           "| task | ranks | max shards/rank | MAPE | worst rank error |"
           + (" MAPE, calibrated | worst, calibrated |" if args.calibrate else ""),
           "| --- | --- | --- | --- | --- |" + (" --- | --- |" if args.calibrate else "")]

@@ -7,7 +7,8 @@ the hosts differed by a clock rate; they do not), and then every trained model o
 priced against both hosts' held-out labels: how far a model taken on one CPU is from another CPU's
 kernels, beside its own. Measured = real FBGEMM CPU kernel times as each collector stored them
 (divided by each sample's own reference slowdown, as training divides them); predicted = the named
-profile's committed neural model, at the random sets' own level as its training report scores them. Writes ``bench/results/profile-pair-<a>-<b>.{md,csv}``.
+profile's committed neural model, at the random sets' own level as its training report scores them.
+Writes ``bench/results/profile-pair-<a>-<b>.{md,csv}``.
 
     .venv/bin/python bench/profile_pair.py cpu-2c cpu-2c-xeon
 """
@@ -65,7 +66,8 @@ def main() -> None:
     pair = paired(da, db)
     q = lambda s: pd.Series({"sets": len(s), "p10": s.quantile(0.1), "median": s.median(),  # noqa: E731
                              "p90": s.quantile(0.9)})
-    by_bytes = pair.groupby(pd.cut(pair["mib_a"], [0, 4, 32, 128, 480, 4096]), observed=True)["ratio"].apply(q).unstack()
+    mib_bins = pd.cut(pair["mib_a"], [0, 4, 32, 128, 480, 4096])
+    by_bytes = pair.groupby(mib_bins, observed=True)["ratio"].apply(q).unstack()
     by_time = pair.groupby(pd.qcut(pair["ms_a"], 5), observed=True)["ratio"].apply(q).unstack()
     by_bytes.index, by_time.index = by_bytes.index.astype(str), by_time.index.astype(str)
 

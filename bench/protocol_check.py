@@ -95,7 +95,8 @@ def main() -> None:
     stem = args.out / f"protocol-check-{args.name}"
     args.out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(stem.with_suffix(".csv"), df.to_csv(index=False))
-    head = (f"Date {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; {machine_stamp()['cpu_model']}; load {load_before:.2f} "
+    head = (f"Date {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; {machine_stamp()['cpu_model']}; "
+            f"load {load_before:.2f} "
             f"before, {load1():.2f} after. {df['task'].nunique()} `{args.searcher}` plans of `{args.suite}`, "
             f"{args.rounds} measurement(s) per protocol, protocols in rotated turns. Measured = per-rank fwd+bwd "
             f"compute on real FBGEMM kernels, one divisor per measurement call; predicted = the committed neural "

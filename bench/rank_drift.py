@@ -100,7 +100,8 @@ def neighbour_key(rank: int, index: int) -> str:
     return f"r{rank}/n{index}"
 
 
-def calibrated_turns(df: pd.DataFrame, neighbours: dict[int, tuple[int, ...]], labels: dict[int, float]) -> pd.DataFrame:
+def calibrated_turns(df: pd.DataFrame, neighbours: dict[int, tuple[int, ...]],
+                     labels: dict[int, float]) -> pd.DataFrame:
     """Per rank and turn of :func:`time_in_turns`'s readings: the rank's raw ms (median over its id seeds),
     its neighbours' factor (geometric mean of each one's raw over its label) and the rank on the labels'
     scale (raw over factor)."""
@@ -166,11 +167,13 @@ def main() -> None:
         for r in ranks:  # as calibration does: the first timing divided by the reference, not the model
             first = time_specs_bracketed(specs[r], task.optimizer, task.dtype, profile.device, ID_SEEDS[0],
                                          profile.warmup, profile.repeats, quiet_ms=quiet)
-            estimate = (first.timing.fwd_ms + first.timing.bwd_ms) / slowdown(first.ref_before_ms, first.ref_after_ms, quiet)
+            estimate = ((first.timing.fwd_ms + first.timing.bwd_ms)
+                        / slowdown(first.ref_before_ms, first.ref_after_ms, quiet))
             neighbours[r] = nearest(pool, estimate, specs[r], args.neighbours)
             for i in neighbours[r]:
                 stored = pool.ranks[i]  # timed with its own ids, as labelled
-                sets[neighbour_key(r, i)] = TimedSet(list(stored.specs), stored.optimizer, stored.dtype, (stored.id_seed,))
+                sets[neighbour_key(r, i)] = TimedSet(list(stored.specs), stored.optimizer, stored.dtype,
+                                                     (stored.id_seed,))
     df = time_in_turns(sets, profile, quiet, args.reps, args.pause)
     own = df[df["rank"].isin(ranks)].astype({"rank": int})
     own["predicted_ms"] = own["rank"].map(predicted)
@@ -181,10 +184,12 @@ def main() -> None:
           f"{profile.repeats} timed iterations, divided by the reference's slowdown), id seeds {list(ID_SEEDS)}, "
           f"{args.reps} turns {args.pause:g} s apart, the ranks taking turns. Predicted: the committed neural "
           f"`{profile.name}` model.", "",
-          "| rank | shards | predicted ms | median measured ms | model error | readings p10-p90 | turns' medians min-max | "
+          "| rank | shards | predicted ms | median measured ms | model error | readings p10-p90 | "
+          "turns' medians min-max | "
           "max/min of turns | readings within 15% of the model |",
           "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-          *(f"| {r.rank} | {r.shards} | {r.predicted_ms:.2f} | {r.median_ms:.2f} | {r.error:+.1%} | {r.p10_ms:.2f}-{r.p90_ms:.2f} | "
+          *(f"| {r.rank} | {r.shards} | {r.predicted_ms:.2f} | {r.median_ms:.2f} | {r.error:+.1%} | "
+            f"{r.p10_ms:.2f}-{r.p90_ms:.2f} | "
             f"{r.turn_min_ms:.2f}-{r.turn_max_ms:.2f} | {r.turn_max_ms / r.turn_min_ms:.2f} | {r.within_15:.0%} |"
             for r in summary.itertuples()), ""]
     if pool is not None:

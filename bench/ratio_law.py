@@ -1,4 +1,5 @@
-"""How much of a predicted difference between two plans shows up when they are measured? The law of measured over predicted ratios in the committed bench runs.
+"""How much of a predicted difference between two plans shows up when they are measured? The law of measured
+over predicted ratios in the committed bench runs.
 
 Each bench run measures every searcher's plan of a task in one call, so each
 plan's measured cost over TorchRec's plan's measured cost is free of the

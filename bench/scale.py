@@ -74,7 +74,8 @@ def main() -> None:
     md = [f"# Planning {len(task.tables)} tables on {args.ranks} ranks ({args.hosts} hosts), profile `{args.profile}`",
           "", f"Command: `.venv/bin/python bench/scale.py {shlex.join(sys.argv[1:])}`; date "
           f"{dt.date.today()}; {machine_stamp()['cpu_model']}, {machine_stamp()['cpu_cores']} cores. "
-          f"Seconds are wall-clock planning time (a searcher is stopped after {args.limit_s} s; they include validation and the final predicted-cost "
+          f"Seconds are wall-clock planning time (a searcher is stopped after {args.limit_s} s; they include "
+          "validation and the final predicted-cost "
           "evaluation); costs are predicted by the neural model plus the comm model.", "",
           "| searcher | planning seconds | predicted plan cost (ms) | predicted imbalance |",
           "| --- | --- | --- | --- |"]

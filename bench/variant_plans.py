@@ -1,4 +1,5 @@
-"""Plan a suite with a variant of the default searcher into a folder of plan files, for ``plans_ab.py`` to measure against the default's.
+"""Plan a suite with a variant of the default searcher into a folder of plan files, for ``plans_ab.py`` to
+measure against the default's.
 
 Variants (``--variant``):
 
@@ -95,9 +96,11 @@ def main() -> None:
         names = [n for n in args.members.split(",") if n]
         if not names:
             ap.error("--variant ensemble needs --members")
-        paths = [profile.dir / "compute-model.json"] + [profile.dir / "candidates" / n / "compute-model.json" for n in names]
+        paths = [profile.dir / "compute-model.json"]
+        paths += [profile.dir / "candidates" / n / "compute-model.json" for n in names]
         model = EnsembleModel([NeuralCostModel.load(p, profile=profile.name) for p in paths])
-        estimator = PlanEstimator(model, comm_model_for(profile), profile.name, "ensemble of " + ", ".join(map(str, paths)))
+        estimator = PlanEstimator(model, comm_model_for(profile), profile.name,
+                                  "ensemble of " + ", ".join(map(str, paths)))
         searcher = get_searcher(DEFAULT_SEARCHER)
     elif args.variant == "default":
         estimator, searcher = committed, get_searcher(DEFAULT_SEARCHER)

@@ -1,4 +1,5 @@
-"""Does the model-driven search pick ranks the model underprices? Total work of each searcher's plans, measured over predicted, against TorchRec's.
+"""Does the model-driven search pick ranks the model underprices? Total work of each searcher's plans,
+measured over predicted, against TorchRec's.
 
 A searcher that places tables where the model's fused cost is lowest may pick
 exactly the combinations the model prices too low (the optimizer's curse): its
@@ -145,10 +146,11 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     stem = f"work-bias-{args.name or args.profile}"
     table.to_csv(out / f"{stem}.csv", index=False)
-    summary = table.groupby("searcher").agg(runs=("run", "count"), work_bias=("work_bias", lambda x: float(np.exp(np.log(x).mean()))),
+    gmean = lambda x: float(np.exp(np.log(x).mean()))  # noqa: E731
+    summary = table.groupby("searcher").agg(runs=("run", "count"), work_bias=("work_bias", gmean),
                                             lo=("work_bias", "min"), hi=("work_bias", "max"),
                                             size_slope=("size_slope", "median"),
-                                            searcher_effect=("searcher_effect", lambda x: float(np.exp(np.log(x).mean()))))
+                                            searcher_effect=("searcher_effect", gmean))
     md = ["# Measured over predicted total work, each searcher's plans against TorchRec's", "",
           f"Command: `.venv/bin/python bench/work_bias.py {shlex.join(sys.argv[1:])}`  ",
           f"Date {dt.date.today()}. Measured: each run's real FBGEMM CPU rank times (one divisor per task, shared "
@@ -157,8 +159,10 @@ def main() -> None:
           "the within-task fit of each rank's log(measured / predicted) on its log predicted ms and the "
           "searcher (module docstring).", "",
           "## Over all runs (geometric means; size slope: median)", "",
-          "| searcher | runs | work bias | range | size slope | searcher effect |", "| --- | --- | --- | --- | --- | --- |"]
-    md += [f"| {s} | {r.runs} | {r.work_bias:.3f} | {r.lo:.3f}-{r.hi:.3f} | {r.size_slope:+.3f} | {r.searcher_effect:.3f} |"
+          "| searcher | runs | work bias | range | size slope | searcher effect |",
+          "| --- | --- | --- | --- | --- | --- |"]
+    md += [f"| {s} | {r.runs} | {r.work_bias:.3f} | {r.lo:.3f}-{r.hi:.3f} | {r.size_slope:+.3f} | "
+           f"{r.searcher_effect:.3f} |"
            for s, r in summary.iterrows()]
     md += ["", "## Per run", "", "| run | searcher | tasks | work bias | size slope | searcher effect |",
            "| --- | --- | --- | --- | --- | --- |"]

@@ -12,7 +12,8 @@ def test_committed_index_lists_every_result(load_script) -> None:
     committed = index.INDEX.read_text()
     listed = set(re.findall(r"^\| `([^`]+)` \|", committed, flags=re.M))
     on_disk = {r.name for r in index.collect()}
-    assert on_disk - listed == set(), "results missing from bench/results/README.md: run .venv/bin/python bench/index.py"
+    assert on_disk - listed == set(), ("results missing from bench/results/README.md: "
+                                       "run .venv/bin/python bench/index.py")
     assert listed - on_disk == set(), "the index lists results that are gone: run .venv/bin/python bench/index.py"
 
 

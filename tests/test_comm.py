@@ -61,7 +61,8 @@ def test_volumes_match_message_by_message_rules(plan_dict):
             dict(full, rank=2, num_rows=250, num_cols=8), {"rank": 3, "row_offset": 250, "num_rows": 250,
                                                           "col_offset": 0, "num_cols": 8}]},
         {"name": "c", "sharding_type": "column_wise", "shards": [
-            dict(full, rank=0, num_rows=2000, num_cols=16), dict(full, rank=1, num_rows=2000, num_cols=8, col_offset=16),
+            dict(full, rank=0, num_rows=2000, num_cols=16),
+            dict(full, rank=1, num_rows=2000, num_cols=8, col_offset=16),
             dict(full, rank=3, num_rows=2000, num_cols=8, col_offset=24)]}]
     got = rank_volumes(load_plan(plan_dict))
     want = _reference_volumes(load_plan(plan_dict))

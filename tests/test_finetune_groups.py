@@ -33,7 +33,8 @@ def test_finetune_learns_the_groups_ratios_while_the_anchor_holds_the_rest(load_
     # the day's groups: 6 plans of 4 ranks whose ratios differ from the model's by a lasting +-20%
     day = _sets(24, 1)
     groups = np.repeat(np.arange(6), 4)
-    fwd = base.predict(day)[0] * np.exp(np.random.default_rng(2).normal(0.0, 0.2, 24)) * np.repeat([1, 3, 0.5, 2, 1, 1], 4)
+    noise = np.exp(np.random.default_rng(2).normal(0.0, 0.2, 24))
+    fwd = base.predict(day)[0] * noise * np.repeat([1, 3, 0.5, 2, 1, 1], 4)
     before = _within_group_error(base, day, fwd, groups)
     anchor = _sets(40, 3)
     moved = {}

@@ -120,17 +120,20 @@ def test_blocks_of_one_table_on_one_rank_are_joined() -> None:
 
     task = _task()
     m = task.table("M")
-    blocks = TableSharding("M", "column_wise", (Shard(1, 0, m.num_embeddings, 0, 8), Shard(2, 0, m.num_embeddings, 8, 8),
+    blocks = TableSharding("M", "column_wise", (Shard(1, 0, m.num_embeddings, 0, 8),
+                                                Shard(2, 0, m.num_embeddings, 8, 8),
                                                 Shard(1, 0, m.num_embeddings, 16, 16)))
     joined = merge_colocated_blocks(task, [blocks, _whole(task, "C", 0)])
     assert joined[1] == _whole(task, "C", 0)
     assert joined[0] == TableSharding("M", "column_wise", (Shard(1, 0, m.num_embeddings, 0, 24),
                                                            Shard(2, 0, m.num_embeddings, 24, 8)))
-    one_rank = TableSharding("M", "column_wise", (Shard(2, 0, m.num_embeddings, 0, 16), Shard(2, 0, m.num_embeddings, 16, 16)))
+    one_rank = TableSharding("M", "column_wise", (Shard(2, 0, m.num_embeddings, 0, 16),
+                                                  Shard(2, 0, m.num_embeddings, 16, 16)))
     assert merge_colocated_blocks(task, [one_rank]) == [_whole(task, "M", 2)]
 
     est = PlanEstimator(AdditiveModel(), NoComm(), "cpu-2c", "additive")
-    start = [_whole(task, n, r) for n, r in (("C", 0), ("S1", 0), ("H1", 1), ("S2", 1), ("H2", 2), ("H3", 2))] + [blocks]
+    placed = (("C", 0), ("S1", 0), ("H1", 1), ("S2", 1), ("H2", 2), ("H3", 2))
+    start = [_whole(task, n, r) for n, r in placed] + [blocks]
     out = polish(task, est, start)
     assert plan_problems(Plan(task, tuple(out))) == []
     for ts in out:

@@ -31,7 +31,8 @@ def test_a_drifting_rank_is_told_from_a_steady_one(load_script) -> None:
     assert (s.loc[0, "turn_min_ms"], s.loc[0, "turn_max_ms"]) == pytest.approx((10.0, 14.0))
     # 12 is 20% over the first turn's 10 ms and 14% under the last turn's 14: two turns of three within 15%
     assert s.loc[0, "within_15"] == pytest.approx(2 / 3)
-    assert s.loc[1, "turn_max_ms"] == pytest.approx(s.loc[1, "turn_min_ms"]) and s.loc[1, "error"] == pytest.approx(-0.2)
+    assert s.loc[1, "turn_max_ms"] == pytest.approx(s.loc[1, "turn_min_ms"])
+    assert s.loc[1, "error"] == pytest.approx(-0.2)
 
 
 def test_neighbours_put_a_rank_on_the_labels_scale_and_show_how_it_follows_them(load_script) -> None:

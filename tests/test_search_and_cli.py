@@ -151,7 +151,8 @@ def test_a_batch_whose_received_embeddings_fill_a_rank_is_named(task_dict, estim
     task_dict["batch_size_per_rank"] = 200_000
     task_dict["topology"]["memory_per_rank_gb"] = 0.01
     for name in ("neuroshard", "greedy-size"):
-        with pytest.raises(InfeasibleError, match=r"topology.memory_per_rank_gb: every rank needs .* pooled embeddings"):
+        with pytest.raises(InfeasibleError,
+                           match=r"topology.memory_per_rank_gb: every rank needs .* pooled embeddings"):
             get_searcher(name).plan(load_task(task_dict), estimator)
 
 
@@ -268,7 +269,8 @@ def test_bench_measures_and_compares_to_torchrec(tmp_path, task_dict, estimator)
         assert max(m + c for m, c in zip(measured, comm)) == pytest.approx(row.measured_ms, abs=1e-2)
     assert not df[df.task == "b"].valid.any()
     md = (tmp_path / "out" / "t.md").read_text()
-    assert "geomean_vs_torchrec" in md and "predicted_geomean_vs_torchrec" in md and (tmp_path / "out" / "t.csv").exists()
+    assert "geomean_vs_torchrec" in md and "predicted_geomean_vs_torchrec" in md
+    assert (tmp_path / "out" / "t.csv").exists()
     assert "Machine state: the reference workload ran" in md  # every results file says how slow the machine ran
 
 
@@ -467,7 +469,8 @@ def test_cli_evaluate_calibrate_uses_neighbour_calibration(tmp_path, task_dict, 
     assert len(calls) == 2 * len(used)
     for r in used:  # raw / factor, geometric mean of the rounds: fwd (1 * 2.0 and 2 * 2.0) / 2.0
         rc = plan.measured_cost.per_rank[r]
-        assert rc.fwd_compute_ms == pytest.approx(2 ** 0.5, rel=1e-3) and rc.bwd_compute_ms == pytest.approx(2 * 2 ** 0.5, rel=1e-3)
+        assert rc.fwd_compute_ms == pytest.approx(2 ** 0.5, rel=1e-3)
+        assert rc.bwd_compute_ms == pytest.approx(2 * 2 ** 0.5, rel=1e-3)
         assert rc.fwd_comm_ms == pytest.approx(plan.cost.per_rank[r].fwd_comm_ms)
     assert "neighbour calibration" in plan.measured_cost.extra["compute"]
     assert plan.measured_cost.extra["calibration_factor_per_rank"][used[0]] == pytest.approx(2.0)

@@ -25,17 +25,19 @@ def _sets(n: int, seed: int = 0):
 def test_ensemble_is_the_geometric_mean_of_its_members_whole_or_summed(load_script) -> None:
     variants = load_script("bench/variant_plans.py")
     sets, fwd, bwd = _sets(120)
-    members = [NeuralCostModel(profile="cpu-2c", epochs=4, hidden=8, code=4, seed=0).fit(sets, fwd, bwd, progress=False),
-               NeuralCostModel(profile="cpu-2c", epochs=4, hidden=8, code=6, seed=1,
-                               context_totals=True).fit(sets, fwd, bwd, progress=False)]
+    members = [NeuralCostModel(profile="cpu-2c", epochs=4, hidden=8, code=4, seed=0),
+               NeuralCostModel(profile="cpu-2c", epochs=4, hidden=8, code=6, seed=1, context_totals=True)]
+    members = [m.fit(sets, fwd, bwd, progress=False) for m in members]
     ensemble = variants.EnsembleModel(members)
     specs = sets[0] + sets[1]
     f, b = ensemble.predict([specs])
     (f0, b0), (f1, b1) = (m.predict([specs]) for m in members)
-    assert f[0] == pytest.approx(np.sqrt(f0[0] * f1[0]), rel=1e-5) and b[0] == pytest.approx(np.sqrt(b0[0] * b1[0]), rel=1e-5)
+    assert f[0] == pytest.approx(np.sqrt(f0[0] * f1[0]), rel=1e-5)
+    assert b[0] == pytest.approx(np.sqrt(b0[0] * b1[0]), rel=1e-5)
     codes, times = ensemble.encode_shards(specs)
     assert codes.shape == (len(specs), ensemble.code_width) == (len(specs), 4 + 6 + 3 + 2)
     ms = ensemble.combine(codes.sum(0, keepdims=True), times.sum(0, keepdims=True), np.array([len(specs)]))
     assert ms[0] == pytest.approx([f[0], b[0]], rel=1e-4)
-    assert ensemble.combine(np.zeros((1, ensemble.code_width)), np.zeros((1, 2)), np.array([0])).tolist() == [[0.0, 0.0]]
+    empty = ensemble.combine(np.zeros((1, ensemble.code_width)), np.zeros((1, 2)), np.array([0]))
+    assert empty.tolist() == [[0.0, 0.0]]
     assert [x.tolist() for x in ensemble.predict([[]])] == [[0.0], [0.0]]
