@@ -630,7 +630,10 @@ def add_wait_fit(parser: argparse.ArgumentParser, zero_or_after: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="shardplan", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="shardplan", description="Plan how a DLRM's embedding tables are sharded over the ranks of a training "
+        "job, priced by cost models learnt from real FBGEMM kernel timings. Start with `shardplan run` (the bundled "
+        "default task) or `shardplan plan TASK.json -o PLAN.json`; bad input exits 2 having written nothing.")
     sub = p.add_subparsers(dest="command", required=True)
 
     def with_profile(sp: argparse.ArgumentParser, model: bool = True, here: bool = False,
