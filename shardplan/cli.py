@@ -17,6 +17,8 @@ from .domain import DTYPE_BYTES, OPTIMIZERS
 from .errors import InputError, exit_status
 
 COLLECT_POOLS = ("meta_synthetic", "criteo_kaggle", "criteo_terabyte", "mlperf_dlrmv2")
+SEED_HELP = "searchers that draw use it: the same task and seed give the same plan (default %(default)s)"
+POOLS_HELP = "comma-separated table pools (data/pools/<name>.json) to draw from (default %(default)s)"
 DEFAULT_TASK = Path(__file__).resolve().parent.parent / "data" / "tasks" / "default.json"
 
 
@@ -659,38 +661,42 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = with_profile(sub.add_parser("run", help="plan a task with the default searcher; show predicted "
                                                   "and measured per-rank cost"), here=True)
-    run.add_argument("task", nargs="?", default=str(DEFAULT_TASK))
-    run.add_argument("-o", "--out", default="out/plan.json")
-    run.add_argument("--seed", type=at_least(0), default=0)
-    run.add_argument("--no-measure", dest="measure", action="store_false")
-    run.add_argument("--rounds", type=int, default=1)
+    run.add_argument("task", nargs="?", default=str(DEFAULT_TASK),
+                     help="a shardplan/task@1 file (default: the bundled data/tasks/default.json)")
+    run.add_argument("-o", "--out", default="out/plan.json", help="the plan file to write (default %(default)s)")
+    run.add_argument("--seed", type=at_least(0), default=0, help=SEED_HELP)
+    run.add_argument("--no-measure", dest="measure", action="store_false",
+                     help="show the predicted cost only (no timing on this machine's kernels)")
+    run.add_argument("--rounds", type=at_least(1), default=1,
+                     help="interleaved measurement rounds (each rank's median kept)")
     add_visits(run)
     add_calibrate(run)
     add_refine(run)
     run.set_defaults(func=_cmd_run)
 
     plan = with_profile(sub.add_parser("plan", help="plan a task"))
-    plan.add_argument("task")
+    plan.add_argument("task", help="a shardplan/task@1 file")
     plan.add_argument("--searcher", default=None, help="default: the best searcher (see `searchers`)")
-    plan.add_argument("--seed", type=at_least(0), default=0)
+    plan.add_argument("--seed", type=at_least(0), default=0, help=SEED_HELP)
     plan.add_argument("--sharding-types", help="comma-separated types the plan may use, e.g. "
                                                "table_wise,column_wise,data_parallel (what gloo runs)")
-    plan.add_argument("-o", "--out", required=True)
+    plan.add_argument("-o", "--out", required=True, help="the plan file to write (shardplan/plan@1)")
     add_refine(plan)
     plan.set_defaults(func=_cmd_plan)
 
     ev = with_profile(sub.add_parser("evaluate", help="fill a plan's predicted cost; --measure times it too"),
                       of_plan=True)
-    ev.add_argument("plan")
-    ev.add_argument("-o", "--out", required=True)
+    ev.add_argument("plan", help="a shardplan/plan@1 file")
+    ev.add_argument("-o", "--out", required=True, help="the plan file to write, its cost block filled")
     ev.add_argument("--measure", action="store_true", help="also time every rank on real FBGEMM")
-    ev.add_argument("--rounds", type=int, default=1, help="interleaved measurement rounds (each rank's median kept)")
+    ev.add_argument("--rounds", type=at_least(1), default=1,
+                    help="interleaved measurement rounds (each rank's median kept)")
     add_visits(ev)
     add_calibrate(ev)
     ev.set_defaults(func=_cmd_evaluate)
 
     val = sub.add_parser("validate", help="check a plan: tiling, ranks, memory (exit 1 if invalid)")
-    val.add_argument("plan")
+    val.add_argument("plan", help="a shardplan/plan@1 file")
     val.set_defaults(func=_cmd_validate)
 
     sub.add_parser("searchers", help="list the searchers").set_defaults(func=_cmd_searchers)
@@ -712,17 +718,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     rep = with_profile(sub.add_parser("report", help="self-contained HTML report of one or more plans"),
                        of_plan=True)
-    rep.add_argument("plans", nargs="+")
-    rep.add_argument("-o", "--out", default="out/report.html")
+    rep.add_argument("plans", nargs="+", help="shardplan/plan@1 files (of one task, to compare them)")
+    rep.add_argument("-o", "--out", default="out/report.html",
+                     help="the HTML file to write (default %(default)s)")
     rep.set_defaults(func=_cmd_report)
 
     dmp = sub.add_parser("train-dmp", help="train a DLRM with TorchRec DistributedModelParallel sharded by a "
                                            "plan (one process per rank); report samples/s and the loss")
-    dmp.add_argument("plan")
+    dmp.add_argument("plan", help="a shardplan/plan@1 file of table-wise, column-wise or data-parallel shards")
     dmp.add_argument("--iterations", type=int, default=100, help="timed iterations per run")
-    dmp.add_argument("--warmup", type=int, default=5)
+    dmp.add_argument("--warmup", type=at_least(0), default=5, help="untimed iterations first (default %(default)s)")
     dmp.add_argument("--rounds", type=at_least(1), default=2, help="runs per plan, interleaved")
-    dmp.add_argument("--seed", type=at_least(0), default=0)
+    dmp.add_argument("--seed", type=at_least(0), default=0, help="the model's initial weights and the batches")
     dmp.add_argument("--backend", choices=["gloo", "nccl"], help="default: gloo on cpu, nccl on cuda")
     dmp.add_argument("--no-torchrec", dest="vs_torchrec", action="store_false",
                      help="do not also train TorchRec's own plan of the task")
@@ -731,25 +738,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the REST planning service (uvicorn)")
     serve.add_argument("--host", default="127.0.0.1", help="default loopback only")
-    serve.add_argument("--port", type=at_least(0, hi=65535), default=8000)
+    serve.add_argument("--port", type=at_least(0, hi=65535), default=8000, help="default %(default)s")
     serve.add_argument("--profiles", help="comma-separated profiles to load (default: every one that can be "
                        "priced: a trained model, or a GPU profile's published roofline)")
     serve.add_argument("--workers", type=int, default=2, help="planning threads (default 2)")
-    serve.add_argument("--max-tables", type=int, default=2000)
-    serve.add_argument("--max-world-size", type=int, default=1024)
-    serve.add_argument("--max-body-bytes", type=int, default=16 * 2**20)
+    serve.add_argument("--max-tables", type=int, default=2000, help="most tables a task may have (default %(default)s)")
+    serve.add_argument("--max-world-size", type=int, default=1024,
+                       help="most ranks a task may have (default %(default)s)")
+    serve.add_argument("--max-body-bytes", type=int, default=16 * 2**20,
+                       help="largest request body (default %(default)s); a larger one gets 413")
     serve.add_argument("--max-budget-s", type=float, default=120.0, help="longest a planning request may run")
-    serve.add_argument("--log-level", default="info")
+    serve.add_argument("--log-level", default="info", help="uvicorn's (default %(default)s)")
     serve.set_defaults(func=_cmd_serve)
 
     bench = with_profile(sub.add_parser("bench", help="every searcher on every task of a suite, measured"))
-    bench.add_argument("--suite", default="data/tasks/cpu-bench")
+    bench.add_argument("--suite", default="data/tasks/cpu-bench", help="a folder of task files (default %(default)s)")
     bench.add_argument("--searchers", default="all", help="comma-separated names, or all")
-    bench.add_argument("--rounds", type=int, default=1,
+    bench.add_argument("--rounds", type=at_least(1), default=1,
                        help="interleaved measurement rounds per task (each rank's median kept)")
     add_visits(bench)
-    bench.add_argument("--seed", type=at_least(0), default=0)
-    bench.add_argument("--out", default="bench/results")
+    bench.add_argument("--seed", type=at_least(0), default=0, help=SEED_HELP)
+    bench.add_argument("--out", default="bench/results", help="folder of the results files (default %(default)s)")
     bench.add_argument("--name", help="result file stem (default bench-<profile>-<suite>)")
     bench.add_argument("--limit", type=at_least(1), help="only the first N tasks of the suite (sorted by name)")
     bench.add_argument("--tasks", default="*.json", help="file-name pattern of the suite's tasks to run")
@@ -758,8 +767,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = with_profile(sub.add_parser("train", help="train the compute-cost model from committed data"),
                          model=False)
-    train.add_argument("--epochs", type=int, default=300)
-    train.add_argument("--seed", type=at_least(0), default=0)
+    train.add_argument("--epochs", type=at_least(1), default=300, help="passes over the data (default %(default)s)")
+    train.add_argument("--seed", type=at_least(0), default=0, help="weights' initialisation and batch order")
     train.add_argument("--out", type=Path, default=None,
                        help="folder for the model, its report and reference.json (default: the profile's own)")
     train.add_argument("--random-level", action=argparse.BooleanOptionalAction, default=True,
@@ -792,24 +801,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     tp = with_profile(sub.add_parser("train-policy", help="train the rl searcher's placement policy against "
                                                           "the cost model (resumable)"))
-    tp.add_argument("--updates", type=at_least(1), default=300)
-    tp.add_argument("--seed", type=at_least(0), default=0)
+    tp.add_argument("--updates", type=at_least(1), default=300, help="policy-gradient updates (default %(default)s)")
+    tp.add_argument("--seed", type=at_least(0), default=0, help="the training tasks drawn and the policy's start")
     tp.add_argument("--out", help="default data/profiles/<profile>/rl-policy.json")
     tp.set_defaults(func=_cmd_train_policy)
 
     mt = with_profile(sub.add_parser("make-tasks", help="generate a benchmark task suite"), model=False)
-    mt.add_argument("--suite", default="cpu-bench")
-    mt.add_argument("--count", type=at_least(1), default=30)
-    mt.add_argument("--seed", type=at_least(0), default=0)
-    mt.add_argument("--pools", default="meta_synthetic")
+    mt.add_argument("--suite", default="cpu-bench", help="the tasks' name prefix (default %(default)s)")
+    mt.add_argument("--count", type=at_least(1), default=30, help="tasks to write (default %(default)s)")
+    mt.add_argument("--seed", type=at_least(0), default=0, help="the same seed writes the same suite")
+    mt.add_argument("--pools", default="meta_synthetic", help=POOLS_HELP)
     mt.add_argument("--tables", default="10,60", help="MIN,MAX tables per task")
-    mt.add_argument("--world-sizes", default="2,4,8")
+    mt.add_argument("--world-sizes", default="2,4,8", help="ranks a task may have, one drawn per task (default "
+                                                          "%(default)s)")
     mt.add_argument("--oversize-every", type=at_least(0), default=6,
                     help="every N-th task has a table larger than one rank (0: none)")
     mt.add_argument("--batch-size-per-rank", type=at_least(1),
                     help="default: on a CPU profile sized so one rank measures in ~1 s; on a GPU profile one of "
                          "the global batches its cost data was timed at, shared by the ranks")
-    mt.add_argument("--out", default="data/tasks/cpu-bench")
+    mt.add_argument("--out", default="data/tasks/cpu-bench", help="folder to write to (default %(default)s)")
     mt.set_defaults(func=_cmd_make_tasks)
 
     collect = sub.add_parser("collect", help="collect cost data on real kernels")
@@ -817,16 +827,16 @@ def build_parser() -> argparse.ArgumentParser:
     cc = with_profile(csub.add_parser("compute", help="time random shard sets as one FBGEMM TBE op "
                                                       "(resumable)"), model=False)
     cc.add_argument("--samples", type=at_least(1), default=6000, help="total samples wanted for this seed")
-    cc.add_argument("--seed", type=at_least(0), default=0)
-    cc.add_argument("--pools", default=",".join(COLLECT_POOLS))
+    cc.add_argument("--seed", type=at_least(0), default=0, help="sample i of a seed is always the same set")
+    cc.add_argument("--pools", default=",".join(COLLECT_POOLS), help=POOLS_HELP)
     cc.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd",
                     help="the fused optimizer the backward applies (default %(default)s; not adam on a CPU)")
     cc.add_argument("--dtype", choices=tuple(DTYPE_BYTES), default="fp32",
                     help="the weights' type (default %(default)s); a profile's data holds one optimizer and "
                          "one dtype, which the model it trains then prices")
     cc.add_argument("--repeats", type=at_least(1), default=None, help="timed iterations (default: the profile's)")
-    cc.add_argument("--min-shards", type=int, default=1)
-    cc.add_argument("--max-shards", type=int, default=15)
+    cc.add_argument("--min-shards", type=at_least(1), default=1, help="fewest shards a set holds (default %(default)s)")
+    cc.add_argument("--max-shards", type=at_least(1), default=15, help="most shards a set holds (default %(default)s)")
     cc.add_argument("--min-table-rows", type=int, default=0,
                     help="draw only the pools' tables of at least this many rows (a targeted collection of "
                          "the large tables, which the random sets' budgets rarely admit at high pooling)")
@@ -860,7 +870,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="task files to plan (default %(default)s): their shapes, run with the optimizer and "
                          "dtype of the profile's data")
     cr.add_argument("--searchers", default="neuroshard,neuroshard-tw,greedy-cost,torchrec,greedy-lookup,"
-                                           "greedy-size,round-robin,random")
+                                           "greedy-size,round-robin,random",
+                    help="comma-separated searchers whose plans of each task are timed (default %(default)s)")
     cr.add_argument("--plans", help="a folder of plan files made elsewhere: time their ranks instead of planning "
                                     "(--suite and --searchers unused; each plan names its searcher)")
     cr.add_argument("--round", type=at_least(0), default=0, help="DreamShard loop round: plans of a retrained model "
@@ -901,8 +912,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                                   "(calibrated labels; resumable)"),
                           model=False)
         ch.add_argument("--sets", type=at_least(1), default=200, help="total sets wanted for this seed")
-        ch.add_argument("--seed", type=at_least(0), default=0)
-        ch.add_argument("--pools", default=",".join(COLLECT_POOLS))
+        ch.add_argument("--seed", type=at_least(0), default=0, help="set i of a seed is always the same set")
+        ch.add_argument("--pools", default=",".join(COLLECT_POOLS), help=POOLS_HELP)
         # the hot mixes were drawn before unseen-c existed; their command keeps the pools they were drawn from
         ch.add_argument("--exclude-suites", default=excluded,
                         help="suites whose tables are left out of the pools (held-out checks never see a label)")
@@ -912,7 +923,7 @@ def build_parser() -> argparse.ArgumentParser:
         ch.set_defaults(func=_cmd_collect_hot_mixes, recipe=recipe)
     cm = with_profile(csub.add_parser("comm", help="measure gloo all-to-all and fit the comm model"),
                       model=False)
-    cm.add_argument("--world-sizes", default="2,3,4")
+    cm.add_argument("--world-sizes", default="2,3,4", help="processes per all-to-all (default %(default)s)")
     cm.add_argument("--configs", type=at_least(1), default=40, help="random uneven splits per world size")
     cm.set_defaults(func=_cmd_collect_comm)
     return p

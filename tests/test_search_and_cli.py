@@ -569,6 +569,9 @@ def test_generated_tasks_sit_in_the_batch_range_their_profiles_cost_data_covers(
     (["collect", "ranks", "--visits", "2", "--rounds", "0"], "--rounds"),
     (["collect", "comm", "--configs", "0"], "--configs"),
     (["train-dmp", "plan.json", "--rounds", "0"], "--rounds"), (["plan", "task.json", "--seed", "x"], "--seed"),
+    (["run", "--rounds", "0"], "--rounds"), (["evaluate", "p.json", "-o", "q.json", "--rounds", "0"], "--rounds"),
+    (["train", "--epochs", "0"], "--epochs"), (["collect", "compute", "--min-shards", "0"], "--min-shards"),
+    (["train-dmp", "plan.json", "--warmup", "-1"], "--warmup"),
 ])
 def test_cli_refuses_numbers_out_of_range_before_anything_runs(argv, flag, tmp_path, monkeypatch, capsys):
     # every one of these ran (or crashed) before: --updates 0 saved an untrained policy over the committed one
