@@ -177,6 +177,40 @@ def test_torchrec_plan_round_trip(plan_dict):
     assert tuple(from_torchrec_plan(plan.task, ps)) == plan.tables
 
 
+@pytest.mark.parametrize("task_path, types", [("data/tasks/gpu-bench/gpu-bench-00.json", None),
+                                              ("data/tasks/cpu-bench/cpu-bench-07.json",
+                                               ["column_wise", "table_column_wise", "data_parallel"])])
+def test_a_plan_goes_to_torchrec_exactly_as_torchrecs_planner_writes_it(task_path, types):
+    """TorchRec's planner's own ShardingPlan, read in and written back, is the same ShardingPlan field by field:
+    sharding type, kernel, ranks (every rank for a replica), each shard's offsets, sizes and placement (a GPU
+    shard names its local device, ``rank:3/cuda:3``), so a plan of ours is what DistributedModelParallel
+    expects from TorchRec."""
+    from torchrec.distributed.planner import EmbeddingShardingPlanner
+    from torchrec.distributed.planner.types import ParameterConstraints
+
+    import shardplan
+    from shardplan.search import torchrec_adapter as ta
+
+    task = shardplan.load_task(task_path)
+    constraints = {t.name: ParameterConstraints(pooling_factors=[max(t.pooling_factor, 1e-3)], sharding_types=types)
+                   for t in task.tables}
+    planner = EmbeddingShardingPlanner(topology=ta.torchrec_topology(task), batch_size=task.batch_size_per_rank,
+                                       constraints=constraints)
+    theirs = planner.plan(ta.embedding_bag_collection(task), [ta.sharder(task)]).plan[""]
+    back = shardplan.to_torchrec_plan(shardplan.from_torchrec_plan(task, theirs)).plan[""]
+
+    def fields(ps) -> tuple:
+        shards = [(m.shard_offsets, m.shard_sizes, str(m.placement)) for m in ps.sharding_spec.shards] \
+            if ps.sharding_spec else None
+        # shardplan has one column-wise kind (blocks placed anywhere): it writes TorchRec's table_column_wise
+        # only where blocks share a rank, and reads both names as column_wise
+        kind = "column_wise" if ps.sharding_type == "table_column_wise" else ps.sharding_type
+        return kind, str(ps.compute_kernel), ps.ranks, shards
+
+    assert {name: fields(ps) for name, ps in back.items()} == {name: fields(ps) for name, ps in theirs.items()}
+    assert len({ps.sharding_type for ps in theirs.values()}) >= 2  # more than one kind compared
+
+
 def test_a_torchrec_plan_a_trainer_runs_is_read_back_to_be_priced(plan_dict):
     """The public way in: a TorchRec ``ShardingPlan`` (whole, or one module's) of the task's tables becomes a
     validated Plan that evaluate prices; a plan of other tables, or of several modules unnamed, is refused

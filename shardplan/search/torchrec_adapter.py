@@ -117,21 +117,23 @@ def plan_from_torchrec(task: Task, sharding_plan, module_path: str | None = None
 def to_torchrec_plan(plan: Plan, module_path: str = ""):
     """A TorchRec ``ShardingPlan`` equal to ``plan``, for an EBC built by :func:`embedding_bag_collection`."""
     from torch.distributed._shard.sharding_spec import EnumerableShardingSpec, ShardMetadata
+    from torchrec.distributed.sharding_plan import placement
     from torchrec.distributed.types import EmbeddingModuleShardingPlan, ParameterSharding, ShardingPlan
 
-    device = "cuda" if plan.task.topology.device == "cuda" else "cpu"
+    topo = plan.task.topology
     module_plan = EmbeddingModuleShardingPlan()
     for ts in plan.tables:
         kernel = "fused" if ts.compute_kernel in ("fused", "EmbeddingComputeKernel.FUSED") else ts.compute_kernel
-        if ts.sharding_type == "data_parallel":
+        if ts.sharding_type == "data_parallel":  # a replica on every rank, as TorchRec's planner writes it
             module_plan[ts.name] = ParameterSharding(sharding_type="data_parallel", compute_kernel="dense",
-                                                     ranks=None, sharding_spec=None)
+                                                     ranks=list(range(topo.world_size)), sharding_spec=None)
             continue
         st = ts.sharding_type
         if st == "column_wise" and len({s.rank for s in ts.shards}) < len(ts.shards):
             st = "table_column_wise"  # several column blocks share a rank
+        # TorchRec's own placement string: a GPU shard names its local device ("rank:5/cuda:1")
         metas = [ShardMetadata(shard_offsets=[s.row_offset, s.col_offset], shard_sizes=[s.num_rows, s.num_cols],
-                               placement=f"rank:{s.rank}/{device}") for s in ts.shards]
+                               placement=placement(topo.device, s.rank, topo.local_world_size)) for s in ts.shards]
         module_plan[ts.name] = ParameterSharding(sharding_type=st, compute_kernel=kernel,
                                                  ranks=[s.rank for s in ts.shards],
                                                  sharding_spec=EnumerableShardingSpec(metas))
