@@ -209,6 +209,13 @@ def test_a_plan_goes_to_torchrec_exactly_as_torchrecs_planner_writes_it(task_pat
 
     assert {name: fields(ps) for name, ps in back.items()} == {name: fields(ps) for name, ps in theirs.items()}
     assert len({ps.sharding_type for ps in theirs.values()}) >= 2  # more than one kind compared
+    # a table TorchRec offloads to UVM is not priced as the fused kernel in device memory: refused, named
+    name = next(n for n, ps in theirs.items() if ps.sharding_type != "data_parallel")
+    theirs[name].compute_kernel = "fused_uvm_caching"
+    uvm = shardplan.from_torchrec_plan(task, theirs)
+    index = [t.name for t in uvm.tables].index(name)
+    with pytest.raises(InputError, match=rf"^tables\[{index}\].compute_kernel: table '{name}' runs 'fused_uvm"):
+        shardplan.evaluate(uvm, profile="h100" if task.topology.device == "cuda" else "cpu-2c")
 
 
 def test_a_torchrec_plan_a_trainer_runs_is_read_back_to_be_priced(plan_dict):

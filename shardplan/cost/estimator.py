@@ -27,6 +27,23 @@ class ComputeModel(Protocol):
     def predict(self, sets: list[list[ShardSpec]]) -> tuple[np.ndarray, np.ndarray]: ...
 
 
+# The kernels the cost data timed: FBGEMM's fused TBE with the weights in device memory; a replica's kernel
+# is "dense" in TorchRec's plans (its data-parallel tables) and "fused" in ours, timed alike (cost.draws)
+PRICED_KERNELS = ("fused",)
+PRICED_REPLICA_KERNELS = ("fused", "dense")
+
+
+def check_kernels(plan: Plan) -> None:
+    """Refuse a plan whose tables run a kernel the cost data never timed (a UVM-cached, quantised or
+    key-value table of a TorchRec plan), rather than price it as the fused kernel in device memory."""
+    for i, t in enumerate(plan.tables):
+        known = PRICED_REPLICA_KERNELS if t.sharding_type == "data_parallel" else PRICED_KERNELS
+        if t.compute_kernel not in known:
+            raise InputError(f"tables[{i}].compute_kernel", f"table {t.name!r} runs {t.compute_kernel!r}, which "
+                             f"shardplan's cost models do not price (they were timed on {list(known)})",
+                             "plan it with a fused kernel in device memory, or leave it out of the plan")
+
+
 class PlanEstimator:
     """Predicted per-rank cost of plans on one hardware profile.
 
@@ -80,6 +97,7 @@ class PlanEstimator:
     def estimate(self, plan: Plan) -> PlanCost:
         task = plan.task
         self.check_task(task, where="task.")
+        check_kernels(plan)
         compute = self.rank_compute(rank_specs(plan))
         comm = self.comm.rank_comm_ms(rank_volumes(plan), task.topology)
         mem = rank_memory_gb(plan)

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 from ..cost.calibration import FEATURES, NEIGHBOURS, calibrated_timing
 from ..cost.comm import rank_volumes
-from ..cost.estimator import comm_model_for
+from ..cost.estimator import check_kernels, comm_model_for
 from ..cost.kernel import KernelTiming, RankOp, time_bracketed
 from ..cost.profiles import (DEFAULT_PROFILE, Profile, available_memory_gb, get_profile, host_record, load1,
                              reference_ms)
@@ -137,10 +137,12 @@ def _plans_take_turns_by_visit(plans: list[Plan], visits: int) -> bool:
     return len(plans) > 1 and sum(need) <= MEMORY_SHARE * have
 
 
-def check_device(plans: list[Plan], profile: Profile) -> None:
-    """Refuse to time a plan of another device's ranks with ``profile``'s kernels: CPU timings of a GPU
-    plan (or the reverse) would be reported as its measured cost."""
+def check_measurable(plans: list[Plan], profile: Profile) -> None:
+    """Refuse to time a plan as something it is not: ranks of another device than ``profile``'s kernels
+    (CPU timings of a GPU plan, or the reverse), or tables of a kernel other than the fused one this
+    times (:func:`~shardplan.cost.estimator.check_kernels`); either would be reported as its measured cost."""
     for p in plans:
+        check_kernels(p)
         if p.task.topology.device != profile.device:
             raise InputError("task.topology.device", f"plan of {p.task.name!r} has {p.task.topology.device} ranks but "
                              f"profile {profile.name!r} times {profile.device} kernels",
@@ -164,7 +166,7 @@ def measure_plans(plans: list[Plan], profile_name: str = DEFAULT_PROFILE, rounds
         raise InputError("rounds" if rounds < 1 else "visits" if visits < 1 else "visit_warmup",
                          "must be at least 1 (visit_warmup: at least 0)")
     profile = get_profile(profile_name)
-    check_device(plans, profile)
+    check_measurable(plans, profile)
     host = host_record(profile)
     profile.use_threads()
     nominal = reference_ms(profile)
@@ -228,7 +230,7 @@ def measure_plan_calibrated(plan: Plan, profile_name: str = DEFAULT_PROFILE, rou
     if rounds < 1:
         raise InputError("rounds", "must be at least 1")
     profile = get_profile(profile_name)
-    check_device([plan], profile)
+    check_measurable([plan], profile)
     host = host_record(profile)
     comm_model = comm_model_for(profile)
     comm = comm_model.rank_comm_ms(rank_volumes(plan), plan.task.topology)

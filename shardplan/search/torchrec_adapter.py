@@ -81,7 +81,8 @@ def from_torchrec_plan(task: Task, module_plan) -> list[TableSharding]:
             shards = tuple(Shard(rank=m.placement.rank(), row_offset=m.shard_offsets[0], num_rows=m.shard_sizes[0],
                                  col_offset=m.shard_offsets[1], num_cols=m.shard_sizes[1])
                            for m in ps.sharding_spec.shards)
-        out.append(TableSharding(t.name, st, shards, compute_kernel=str(ps.compute_kernel)))
+        kernel = getattr(ps.compute_kernel, "value", ps.compute_kernel)  # a plan may hold the enum or its value
+        out.append(TableSharding(t.name, st, shards, compute_kernel=str(kernel)))
     return out
 
 
@@ -127,7 +128,6 @@ def to_torchrec_plan(plan: Plan, module_path: str = ""):
     topo = plan.task.topology
     module_plan = EmbeddingModuleShardingPlan()
     for ts in plan.tables:
-        kernel = "fused" if ts.compute_kernel in ("fused", "EmbeddingComputeKernel.FUSED") else ts.compute_kernel
         if ts.sharding_type == "data_parallel":  # a replica on every rank, as TorchRec's planner writes it
             module_plan[ts.name] = ParameterSharding(sharding_type="data_parallel", compute_kernel="dense",
                                                      ranks=list(range(topo.world_size)), sharding_spec=None)
@@ -138,7 +138,7 @@ def to_torchrec_plan(plan: Plan, module_path: str = ""):
         # TorchRec's own placement string: a GPU shard names its local device ("rank:5/cuda:1")
         metas = [ShardMetadata(shard_offsets=[s.row_offset, s.col_offset], shard_sizes=[s.num_rows, s.num_cols],
                                placement=placement(topo.device, s.rank, topo.local_world_size)) for s in ts.shards]
-        module_plan[ts.name] = ParameterSharding(sharding_type=st, compute_kernel=kernel,
+        module_plan[ts.name] = ParameterSharding(sharding_type=st, compute_kernel=ts.compute_kernel,
                                                  ranks=[s.rank for s in ts.shards],
                                                  sharding_spec=EnumerableShardingSpec(metas))
     return ShardingPlan(plan={module_path: module_plan})
