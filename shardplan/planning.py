@@ -103,6 +103,11 @@ def _table_row(t: Any, pooling_factors: dict[str, float], zipf_alphas: dict[str,
         raise InputError(f"tables[{t.name!r}]", "is a sequence (unpooled) embedding, whose cost shardplan does "
                          "not model", "plan the EmbeddingBagCollection's tables (EmbeddingBagConfig)")
     if all(hasattr(t, a) for a in ("name", "num_embeddings", "embedding_dim")):  # TorchRec's config, duck-typed
+        features = list(getattr(t, "feature_names", None) or [])
+        if len(features) > 1:  # each feature is a bag of its own per sample: a cost shardplan's data never timed
+            raise InputError(f"tables[{t.name!r}].feature_names", f"the table is looked up by {len(features)} "
+                             f"features ({', '.join(features[:3])}), and shardplan prices one bag per sample a "
+                             "table", "plan the tables looked up by one feature; shared tables are not modelled")
         if t.name not in pooling_factors:
             raise InputError(f"pooling_factors[{t.name!r}]", "is required for a TorchRec table config (it holds "
                              "no pooling factor)", "pass pooling_factors={table name: mean ids per sample}")

@@ -673,6 +673,9 @@ def test_a_trainers_torchrec_configs_are_planned_and_their_plan_fits_its_model_p
     with pytest.raises(InputError, match="unpooled"):  # an EmbeddingCollection's table costs another way
         shardplan.make_task([EmbeddingConfig(name="seq", num_embeddings=100, embedding_dim=16, feature_names=["s"])],
                             2, pooling_factors={"seq": 3.0})
+    shared = EmbeddingBagConfig(name="s", num_embeddings=100, embedding_dim=8, feature_names=["query", "title"])
+    with pytest.raises(InputError, match=r"tables\['s'\].feature_names: .* 2 features \(query, title\)"):
+        shardplan.make_task([shared], 2, pooling_factors={"s": 3.0})  # two bags a sample: not what was timed
     with pytest.raises(InputError, match=r"zipf_alphas\['t9'\]: names no TorchRec table config"):  # a typo
         shardplan.make_task(configs, 2, pooling_factors={f"t{i}": 1.0 for i in range(4)}, zipf_alphas={"t9": 1.1})
 
