@@ -99,9 +99,10 @@ def _table_row(t: Any, pooling_factors: dict[str, float], zipf_alphas: dict[str,
         return t
     if isinstance(t, Table):
         return table_to_dict(t)
-    if type(t).__name__ == "EmbeddingConfig":  # TorchRec's EmbeddingCollection: one vector per id, unpooled
+    pooling = getattr(getattr(t, "pooling", None), "value", None)
+    if type(t).__name__ == "EmbeddingConfig" or pooling == "NONE":  # one vector per id, unpooled
         raise InputError(f"tables[{t.name!r}]", "is a sequence (unpooled) embedding, whose cost shardplan does "
-                         "not model", "plan the EmbeddingBagCollection's tables (EmbeddingBagConfig)")
+                         "not model", "plan the EmbeddingBagCollection's pooled tables (SUM or MEAN)")
     if all(hasattr(t, a) for a in ("name", "num_embeddings", "embedding_dim")):  # TorchRec's config, duck-typed
         features = list(getattr(t, "feature_names", None) or [])
         if len(features) > 1:  # each feature is a bag of its own per sample: a cost shardplan's data never timed

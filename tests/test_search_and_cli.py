@@ -673,6 +673,12 @@ def test_a_trainers_torchrec_configs_are_planned_and_their_plan_fits_its_model_p
     with pytest.raises(InputError, match="unpooled"):  # an EmbeddingCollection's table costs another way
         shardplan.make_task([EmbeddingConfig(name="seq", num_embeddings=100, embedding_dim=16, feature_names=["s"])],
                             2, pooling_factors={"seq": 3.0})
+    from torchrec.modules.embedding_configs import PoolingType
+
+    unpooled = EmbeddingBagConfig(name="u", num_embeddings=100, embedding_dim=8, feature_names=["u"],
+                                  pooling=PoolingType.NONE)
+    with pytest.raises(InputError, match="unpooled"):
+        shardplan.make_task([unpooled], 2, pooling_factors={"u": 3.0})
     shared = EmbeddingBagConfig(name="s", num_embeddings=100, embedding_dim=8, feature_names=["query", "title"])
     with pytest.raises(InputError, match=r"tables\['s'\].feature_names: .* 2 features \(query, title\)"):
         shardplan.make_task([shared], 2, pooling_factors={"s": 3.0})  # two bags a sample: not what was timed
