@@ -209,6 +209,12 @@ def test_a_plan_goes_to_torchrec_exactly_as_torchrecs_planner_writes_it(task_pat
 
     assert {name: fields(ps) for name, ps in back.items()} == {name: fields(ps) for name, ps in theirs.items()}
     assert len({ps.sharding_type for ps in theirs.values()}) >= 2  # more than one kind compared
+    # the plan of a job on another device than the task's is refused, naming the device it places shards on
+    as_dict = shardplan.formats.task_to_dict(task)
+    flipped = "cpu" if task.topology.device == "cuda" else "cuda"
+    other = shardplan.load_task({**as_dict, "topology": {**as_dict["topology"], "device": flipped}})
+    with pytest.raises(InputError, match=rf"^topology.device: is '{other.topology.device}' but the plan places"):
+        shardplan.from_torchrec_plan(other, theirs)
     # a table TorchRec offloads to UVM is not priced as the fused kernel in device memory: refused, named
     name = next(n for n, ps in theirs.items() if ps.sharding_type != "data_parallel")
     theirs[name].compute_kernel = "fused_uvm_caching"

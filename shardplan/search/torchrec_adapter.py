@@ -78,9 +78,14 @@ def from_torchrec_plan(task: Task, module_plan) -> list[TableSharding]:
             shards = tuple(Shard(r, 0, t.num_embeddings, 0, t.embedding_dim)
                            for r in range(task.topology.world_size))
         else:
+            metas = ps.sharding_spec.shards
+            devices = sorted({m.placement.device().type for m in metas} - {task.topology.device})
+            if devices:  # a GPU job's plan priced as CPU ranks (or the reverse) would be another job's cost
+                raise InputError("topology.device", f"is {task.topology.device!r} but the plan places "
+                                 f"{t.name!r} on {devices[0]}", f"give the task of the job the plan is for "
+                                 f"(topology.device {devices[0]!r})")
             shards = tuple(Shard(rank=m.placement.rank(), row_offset=m.shard_offsets[0], num_rows=m.shard_sizes[0],
-                                 col_offset=m.shard_offsets[1], num_cols=m.shard_sizes[1])
-                           for m in ps.sharding_spec.shards)
+                                 col_offset=m.shard_offsets[1], num_cols=m.shard_sizes[1]) for m in metas)
         kernel = getattr(ps.compute_kernel, "value", ps.compute_kernel)  # a plan may hold the enum or its value
         out.append(TableSharding(t.name, st, shards, compute_kernel=str(kernel)))
     return out
