@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from ..cost.estimator import PlanEstimator
+from ..cost.kernel import OPTIMIZER_NAMES
 from ..domain import SHARDING_TYPES, Plan, Shard, TableSharding, Task
 from ..errors import InfeasibleError, InputError
 from .base import Searcher, register
@@ -22,8 +23,6 @@ from .base import Searcher, register
 _FROM_TORCHREC = {"table_column_wise": "column_wise"}
 _TO_TORCHREC = {"column_wise": ("column_wise", "table_column_wise")}
 EMBEDDING_LR = 0.01  # every table's, fused or (data-parallel replicas, execute.dmp) not
-_OPTIM = {"sgd": "EXACT_SGD", "rowwise_adagrad": "EXACT_ROWWISE_ADAGRAD", "adagrad": "EXACT_ADAGRAD",
-          "adam": "ADAM"}
 
 
 def feature_name(table: str) -> str:
@@ -48,7 +47,7 @@ def sharder(task: Task):
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
 
     return EmbeddingBagCollectionSharder(fused_params={
-        "optimizer": getattr(EmbOptimType, _OPTIM[task.optimizer]), "learning_rate": EMBEDDING_LR})
+        "optimizer": getattr(EmbOptimType, OPTIMIZER_NAMES[task.optimizer]), "learning_rate": EMBEDDING_LR})
 
 
 def torchrec_topology(task: Task):
