@@ -24,7 +24,10 @@ class Table:
     """One embedding table.
 
     ``pooling_factor`` is the mean number of ids one sample looks up;
-    ``zipf_alpha`` the exponent of the Zipf law its ids follow (0 = uniform).
+    ``zipf_alpha`` the exponent of the Zipf law its ids follow (0 = uniform);
+    ``sharding_types``, when given, the only ways a plan may shard it (TorchRec's per-table
+    ``ParameterConstraints.sharding_types``), e.g. ``("data_parallel",)`` for a small table every
+    rank should hold.
     """
 
     name: str
@@ -32,7 +35,12 @@ class Table:
     embedding_dim: int
     pooling_factor: float
     zipf_alpha: float = 0.0
+    sharding_types: tuple[str, ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def allows(self, sharding_type: str) -> bool:
+        """Whether a plan may shard this table ``sharding_type``'s way."""
+        return self.sharding_types is None or sharding_type in self.sharding_types
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,7 @@ def task_from_model(m: TaskModel) -> Task:
     topo = m.topology
     tables = tuple(Table(name=t.name, num_embeddings=t.num_embeddings, embedding_dim=t.embedding_dim,
                          pooling_factor=float(t.pooling_factor), zipf_alpha=float(t.zipf_alpha),
+                         sharding_types=tuple(t.sharding_types) if t.sharding_types is not None else None,
                          extra=_extra(t)) for t in m.tables)
     topology = Topology(
         world_size=topo.world_size, local_world_size=topo.local_world_size or topo.world_size,
@@ -102,7 +103,8 @@ def load_task(source: Source) -> Task:
 def table_to_dict(t: Table) -> dict[str, Any]:
     """A table as the task file lists it."""
     return {"name": t.name, "num_embeddings": t.num_embeddings, "embedding_dim": t.embedding_dim,
-            "pooling_factor": t.pooling_factor, "zipf_alpha": t.zipf_alpha, **t.extra}
+            "pooling_factor": t.pooling_factor, "zipf_alpha": t.zipf_alpha,
+            **({"sharding_types": list(t.sharding_types)} if t.sharding_types is not None else {}), **t.extra}
 
 
 def task_to_dict(task: Task) -> dict[str, Any]:

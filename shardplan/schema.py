@@ -43,6 +43,9 @@ class TableModel(_Open):
                              BeforeValidator(_json_integer)]
     pooling_factor: NonNegFloat
     zipf_alpha: NonNegFloat = 0.0
+    sharding_types: Optional[Annotated[list[Literal[SHARDING_TYPES]],  # type: ignore[valid-type]
+                                       Field(min_length=1)]] = Field(
+        default=None, description="the only ways a plan may shard this table (default: any)")
 
     @model_validator(mode="after")
     def _dim_multiple_of_4(self) -> "TableModel":

@@ -718,3 +718,38 @@ def test_a_torchrec_configs_weight_type_is_the_tasks():
         shardplan.make_task(configs(DataType.FP32, DataType.INT4), 2, pooling_factors=pooling)
     with pytest.raises(InputError, match=r"^dtype: 'fp16' has no cost data.*--dtype fp16"):
         shardplan.plan(configs(DataType.FP16, DataType.FP16), 2, pooling_factors=pooling, searcher="greedy-size")
+
+
+def test_a_tasks_per_table_sharding_types_are_honoured_or_refused():
+    """TorchRec's per-table ``ParameterConstraints.sharding_types``, in the task file: the searchers that
+    honour restrictions give each constrained table one of its types (a replica, row-wise slices, column
+    blocks even where they could sit whole); a searcher that cannot is refused naming the table, never
+    lets it through; the file keeps the field and refuses an unknown type."""
+    import shardplan
+    from shardplan.formats import task_to_dict
+
+    base = task_to_dict(shardplan.load_task("data/tasks/cpu-bench/cpu-bench-00.json"))
+    by_size = sorted(base["tables"], key=lambda t: t["num_embeddings"] * t["embedding_dim"])
+    wanted = {by_size[0]["name"]: ["data_parallel"], by_size[-1]["name"]: ["row_wise"],
+              by_size[len(by_size) // 2]["name"]: ["column_wise"]}
+    for t in base["tables"]:
+        if t["name"] in wanted:
+            t["sharding_types"] = wanted[t["name"]]
+    task = shardplan.load_task(base)
+    assert shardplan.load_task(task_to_dict(task)) == task  # the field round-trips
+    for searcher in ("neuroshard", "neuroshard-tw"):
+        plan = shardplan.plan(task, searcher=searcher)
+        got = {t.name: t.sharding_type for t in plan.tables if t.name in wanted}
+        assert got == {name: types[0] for name, types in wanted.items()}, searcher
+    # TorchRec gets them as its own constraints; its CPU sharder has no row-wise, which it says
+    with pytest.raises(InfeasibleError, match=r"TorchRec's planner found no plan: No available sharding type"):
+        shardplan.plan(task, searcher="torchrec")
+    gloo = shardplan.load_task({**base, "tables": [{**t, "sharding_types": ["table_wise"]} if t.get(
+        "sharding_types") == ["row_wise"] else t for t in base["tables"]]})
+    plan = shardplan.plan(gloo, searcher="torchrec")
+    assert {t.name: t.sharding_type for t in plan.tables if t.name in wanted} == {
+        name: "table_wise" if types == ["row_wise"] else types[0] for name, types in wanted.items()}
+    with pytest.raises(InfeasibleError, match=r"^tables\[\d+\].sharding_types: searcher greedy-size sharded"):
+        shardplan.plan(task, searcher="greedy-size")
+    with pytest.raises(InputError, match=r"tables\[0\].sharding_types\[0\]"):
+        shardplan.load_task({**base, "tables": [{**base["tables"][0], "sharding_types": ["diagonal"]}]})

@@ -69,6 +69,13 @@ class Searcher(ABC):
             if bad:  # a searcher bug, never a silent violation
                 raise InfeasibleError("sharding_types", f"searcher {self.name} used types outside "
                                       f"{sorted(self.sharding_types)}: {', '.join(bad[:3])}")
+        for i, ts in enumerate(plan.tables):  # the task's own per-table constraints, whichever searcher planned
+            table = task.table(ts.name)
+            if not table.allows(ts.sharding_type):
+                raise InfeasibleError(f"tables[{i}].sharding_types", f"searcher {self.name} sharded {ts.name!r} "
+                                      f"{ts.sharding_type}, which the task does not allow "
+                                      f"({list(table.sharding_types or ())})",
+                                      f"use a searcher that honours per-table types: {constrained_searchers()}")
         return Plan(task=task, tables=plan.tables, cost=estimator.estimate(plan),
                     search={"searcher": self.name, "seed": seed, "seconds": round(seconds, 4)})
 
@@ -79,6 +86,11 @@ SEARCHERS: dict[str, Callable[[], Searcher]] = {}
 def register(cls: type[Searcher]) -> type[Searcher]:
     SEARCHERS[cls.name] = cls
     return cls
+
+
+def constrained_searchers() -> list[str]:
+    """The searchers that honour sharding-type restrictions, the task's per-table ones included."""
+    return sorted(n for n, c in SEARCHERS.items() if c.honours_sharding_types)
 
 
 def get_searcher(name: str, sharding_types: Iterable[str] | None = None) -> Searcher:
@@ -96,7 +108,6 @@ def get_searcher(name: str, sharding_types: Iterable[str] | None = None) -> Sear
                          + (f" ({unknown} unknown)" if unknown else " (table_wise is required)"),
                          f"choose from {list(SHARDING_TYPES)}, including table_wise")
     if not cls.honours_sharding_types:
-        honour = sorted(n for n, c in SEARCHERS.items() if c.honours_sharding_types)
         raise InputError("sharding_types", f"searcher {name!r} cannot restrict sharding types",
-                         f"use one of {honour}")
+                         f"use one of {constrained_searchers()}")
     return cls(sharding_types=allowed)

@@ -91,29 +91,39 @@ def _initial_state(task: Task, allowed: frozenset[str] | None = None) -> State:
     taken = 0.0  # per-rank bytes of the row-wise slices so far (the largest slice, to be safe)
     kinds: dict[str, tuple[str, int]] = {}
     for t in sorted(task.tables, key=lambda t: (-t.num_embeddings * t.embedding_dim, t.name)):
+        ok = _allowed_for(t, allowed)
         whole = shard_bytes(task, t, "table_wise", Shard(0, 0, t.num_embeddings, 0, t.embedding_dim))
-        if whole > cap - taken:
-            # Column blocks first: they cost one batch-sized buffer each, on a few ranks, where
-            # row-wise slices put a full-batch buffer on every rank.
-            blocks = _fitting_blocks(task, t, cap - taken) if allowed is None or "column_wise" in allowed else None
-            if blocks is not None:
-                kinds[t.name] = ("cw", blocks)
-                continue
-            if allowed is not None and "row_wise" not in allowed:
-                raise InfeasibleError(
-                    f"tables.{t.name}", f"needs {whole / GB:.3f} GB, more than one rank has free, and "
-                    "row-wise sharding is not allowed", "allow row_wise, or raise topology.memory_per_rank_gb")
-            kinds[t.name] = ("rw", 0)
-            slice_bytes = max(shard_bytes(task, t, "row_wise", s) for s in row_wise_shards(t, ranks))
-            if slice_bytes > cap - taken:
-                raise InfeasibleError(
-                    f"tables.{t.name}", f"needs {whole / GB:.3f} GB and does not fit even split row-wise over "
-                    f"all {len(ranks)} ranks beside the larger tables",
-                    "raise topology.memory_per_rank_gb or add ranks")
-            taken += slice_bytes
-        else:
+        if whole <= cap - taken and ok("table_wise"):
             kinds[t.name] = ("tw", 1)
+            continue
+        # Column blocks first: they cost one batch-sized buffer each, on a few ranks, where
+        # row-wise slices put a full-batch buffer on every rank.
+        blocks = _fitting_blocks(task, t, cap - taken) if ok("column_wise") else None
+        if blocks is not None:
+            kinds[t.name] = ("cw", blocks)
+            continue
+        if whole <= cap - taken and not ok("row_wise") and ok("data_parallel"):  # a replica the task asks for
+            kinds[t.name] = ("dp", 0)
+            taken += whole
+            continue
+        if not ok("row_wise"):
+            raise InfeasibleError(
+                f"tables.{t.name}", f"needs {whole / GB:.3f} GB, more than one rank has free, and "
+                "row-wise sharding is not allowed", "allow row_wise, or raise topology.memory_per_rank_gb")
+        kinds[t.name] = ("rw", 0)
+        slice_bytes = max(shard_bytes(task, t, "row_wise", s) for s in row_wise_shards(t, ranks))
+        if slice_bytes > cap - taken:
+            raise InfeasibleError(
+                f"tables.{t.name}", f"needs {whole / GB:.3f} GB and does not fit even split row-wise over "
+                f"all {len(ranks)} ranks beside the larger tables",
+                "raise topology.memory_per_rank_gb or add ranks")
+        taken += slice_bytes
     return tuple(kinds[t.name] for t in task.tables)
+
+
+def _allowed_for(table: Table, allowed: frozenset[str] | None) -> Callable[[str], bool]:
+    """Whether ``table`` may be sharded a way: by the searcher's restriction and the task's own for it."""
+    return lambda kind: (allowed is None or kind in allowed) and table.allows(kind)
 
 
 def _room_variants(task: Task, state: State) -> list[State]:
@@ -135,6 +145,8 @@ def _room_variants(task: Task, state: State) -> list[State]:
     for i, (t, (kind, k)) in enumerate(zip(task.tables, state)):
         if kind not in ("tw", "cw") or _widest_block_bytes(task, t, k) <= free:
             continue
+        if not t.allows("column_wise"):  # the task keeps this table whole: no cut makes the room
+            return []
         k2 = 2 * k
         while k2 <= max_blocks(t) and _widest_block_bytes(task, t, k2) > free:
             k2 *= 2
@@ -167,7 +179,7 @@ def hot_split_state(task: Task, state: State, placer: Placer, hot_share: float =
     limit = hot_share * float(solo.sum()) / task.topology.world_size
     out = list(state)
     for i, t in enumerate(task.tables):
-        if state[i] != ("tw", 1):
+        if state[i] != ("tw", 1) or not t.allows("column_wise"):
             continue
         k = 1
         while solo[i] / k > limit and 2 * k <= min(max_blocks(t), task.topology.world_size):
@@ -218,8 +230,8 @@ class NeuroShardBeam(Searcher):
         self.max_work, self.grid, self.on_step = max_work, grid, on_step
         self.sharding_types, self.pairwise_polish = sharding_types, pairwise_polish
 
-    def _allows(self, kind: str) -> bool:
-        return self.sharding_types is None or kind in self.sharding_types
+    def _allows(self, kind: str, table: Table) -> bool:
+        return _allowed_for(table, self.sharding_types)(kind)
 
     def _moves(self, task: Task, state: State, placer: Placer) -> list[State]:
         """Neighbouring states: split a costly table further, make it row-wise, or replicate a small one."""
@@ -231,27 +243,28 @@ class NeuroShardBeam(Searcher):
         topo = task.topology
         for i in order:
             kind, k = state[i]
+            t = tables[i]
             if kind in ("tw", "cw"):
                 for nk in (2 * k, 4 * k):
-                    if nk <= max_blocks(tables[i]) and nk <= 2 * topo.world_size and self._allows("column_wise"):
+                    if nk <= max_blocks(t) and nk <= 2 * topo.world_size and self._allows("column_wise", t):
                         out.append(state[:i] + (("cw", nk),) + state[i + 1:])
                 if topo.world_size > 1:
-                    if self._allows("row_wise"):
+                    if self._allows("row_wise", t):
                         out += self._placeable(task, state[:i] + (("rw", 0),) + state[i + 1:])
-                    if topo.num_hosts > 1 and self._allows("table_row_wise"):
+                    if topo.num_hosts > 1 and self._allows("table_row_wise", t):
                         out += self._placeable(task, state[:i] + (("twrw", i % topo.num_hosts),) + state[i + 1:])
         # Replicating a table costs its gradient all-reduce; only small tables can win.
         small = sorted((i for i, t in enumerate(tables) if state[i] == ("tw", 1)),
                        key=lambda i: tables[i].num_embeddings * tables[i].embedding_dim)[:2]
-        if self._allows("data_parallel"):
-            for i in small:
+        for i in small:
+            if self._allows("data_parallel", tables[i]):
                 out += self._placeable(task, state[:i] + (("dp", 0),) + state[i + 1:])
         return out
 
     def _placeable(self, task: Task, state: State) -> list[State]:
         """``state``, or where its pieces on every rank crowd a table out, the variants that cut that
         table into column blocks (:func:`_room_variants`), if column-wise sharding is allowed."""
-        if not self._allows("column_wise"):
+        if self.sharding_types is not None and "column_wise" not in self.sharding_types:
             return [state]
         return _room_variants(task, state)
 

@@ -49,7 +49,8 @@ def merge_colocated_blocks(task: Task, tables: list[TableSharding]) -> list[Tabl
         for rank, cols in width.items():
             shards.append(Shard(rank, 0, table.num_embeddings, offset, cols))
             offset += cols
-        out.append(TableSharding(ts.name, "table_wise" if len(shards) == 1 else "column_wise", tuple(shards)))
+        whole = len(shards) == 1 and table.allows("table_wise")  # else one block, column-wise as the task asks
+        out.append(TableSharding(ts.name, "table_wise" if whole else "column_wise", tuple(shards)))
     return out
 
 

@@ -16,7 +16,7 @@ from typing import Iterable
 
 from ..cost.estimator import PlanEstimator
 from ..cost.kernel import OPTIMIZER_NAMES
-from ..domain import SHARDING_TYPES, Plan, Shard, TableSharding, Task
+from ..domain import SHARDING_TYPES, Plan, Shard, Table, TableSharding, Task
 from ..errors import InfeasibleError, InputError
 from .base import Searcher, register
 
@@ -166,17 +166,22 @@ def torchrec_shardings(task: Task, sharding_types: Iterable[str] | None = None) 
     from torchrec.distributed.planner import EmbeddingShardingPlanner
     from torchrec.distributed.planner.types import ParameterConstraints, PlannerError
 
-    if sharding_types is not None:  # our column_wise is both of TorchRec's column-wise kinds
-        sharding_types = sorted({n for ours in sharding_types for n in _TO_TORCHREC.get(ours, (ours,))})
+    def theirs(t: Table) -> list[str] | None:
+        """The table's allowed types (the searcher's and the task's own), in TorchRec's names: our column_wise
+        is both of TorchRec's column-wise kinds."""
+        if sharding_types is None and t.sharding_types is None:
+            return None
+        ours = [k for k in SHARDING_TYPES if (sharding_types is None or k in sharding_types) and t.allows(k)]
+        return sorted({n for k in ours for n in _TO_TORCHREC.get(k, (k,))})
 
     constraints = {t.name: ParameterConstraints(pooling_factors=[max(t.pooling_factor, 1e-3)],
-                                                sharding_types=sharding_types)
+                                                sharding_types=theirs(t))
                    for t in task.tables}
     planner = EmbeddingShardingPlanner(topology=torchrec_topology(task),
                                        batch_size=task.batch_size_per_rank, constraints=constraints)
     try:
         plan = planner.plan(embedding_bag_collection(task), [sharder(task)])
-    except PlannerError as e:
+    except (PlannerError, RuntimeError) as e:  # RuntimeError: no sharding type left for a table's constraints
         first = str(e).strip().splitlines()[0]
         raise InfeasibleError("task", f"TorchRec's planner found no plan: {first}",
                               "TorchRec cannot place this task; use another searcher") from None
