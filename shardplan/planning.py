@@ -38,19 +38,26 @@ def estimator(profile: str = DEFAULT_PROFILE, host_reference_ms: float | None = 
 def make_task(tables: Iterable[Table | dict[str, Any]], world_size: int, *, local_world_size: int | None = None,
               device: str = "cpu", memory_per_rank_gb: float | None = None, batch_size_per_rank: int = 512,
               optimizer: str = "sgd", dtype: str | None = None, name: str = "task",
-              pooling_factors: dict[str, float] | None = None, zipf_alphas: dict[str, float] | None = None) -> Task:
+              pooling_factors: dict[str, float] | None = None, zipf_alphas: dict[str, float] | None = None,
+              constraints: dict[str, Any] | None = None) -> Task:
     """A validated :class:`Task` from tables: dicts with the task file's fields, :class:`Table` objects, or
     a trainer's TorchRec ``EmbeddingBagConfig`` objects as they are (``ebc.embedding_bag_configs()``), whose mean
     ids per sample come from ``pooling_factors`` by table name (what TorchRec's planner takes as
     ``ParameterConstraints.pooling_factors``) and skew from ``zipf_alphas`` (default 0: uniform).
 
+    ``constraints`` are the trainer's TorchRec ``ParameterConstraints`` by table name, as its planner takes
+    them: a config's pooling factor (where ``pooling_factors`` gives none) is the mean of theirs (TorchRec's
+    default, 1.0, where they set none), its allowed sharding types theirs (the task file's per-table
+    ``sharding_types``); a constraint that allows only kernels the cost data never timed is refused.
+
     ``dtype`` is the weights' type (the task file's ``dtype``: fp32, fp16, bf16, int8); left out, it is the
     TorchRec configs' ``data_type`` (one for all tables: a task has one weight type), else fp32."""
-    pooling_factors, zipf_alphas = pooling_factors or {}, zipf_alphas or {}
+    pooling_factors, zipf_alphas, constraints = pooling_factors or {}, zipf_alphas or {}, constraints or {}
     tables = list(tables)
-    rows = [_table_row(t, pooling_factors, zipf_alphas) for t in tables]
+    rows = [_table_row(t, pooling_factors, zipf_alphas, constraints) for t in tables]
     configs = sorted(t.name for t in tables if not isinstance(t, (dict, Table)))  # _table_row took them
-    for field, given in (("pooling_factors", pooling_factors), ("zipf_alphas", zipf_alphas)):
+    for field, given in (("pooling_factors", pooling_factors), ("zipf_alphas", zipf_alphas),
+                         ("constraints", constraints)):
         stray = sorted(k for k in given if k not in configs)
         if stray:  # a misspelt name would leave its table at the default, a dict's own value would win, unsaid
             raise InputError(f"{field}[{stray[0]!r}]", "names no TorchRec table config of the task (a dict or "
@@ -93,7 +100,28 @@ def _task_dtype(tables: list[Any], given: str | None) -> str:
     return given if given is not None else next(iter(found), "fp32")
 
 
-def _table_row(t: Any, pooling_factors: dict[str, float], zipf_alphas: dict[str, float]) -> dict[str, Any]:
+def _from_constraint(name: str, c: Any) -> dict[str, Any]:
+    """The task-file fields a TorchRec ``ParameterConstraints`` gives table ``name``: its pooling factor and
+    its sharding types in shardplan's names."""
+    from .search.torchrec_adapter import type_from_torchrec
+
+    kernels = list(getattr(c, "compute_kernels", None) or [])
+    if kernels and "fused" not in kernels:
+        raise InputError(f"constraints[{name!r}].compute_kernels", f"allows only {kernels}, which shardplan's "
+                         "cost data never timed", "allow 'fused' (the weights in device memory)")
+    out: dict[str, Any] = {}
+    factors = list(getattr(c, "pooling_factors", None) or [])
+    if factors:
+        out["pooling_factor"] = sum(factors) / len(factors)
+    types = getattr(c, "sharding_types", None)
+    if types:
+        out["sharding_types"] = list(dict.fromkeys(
+            type_from_torchrec(k, f"constraints[{name!r}].sharding_types") for k in types))
+    return out
+
+
+def _table_row(t: Any, pooling_factors: dict[str, float], zipf_alphas: dict[str, float],
+               constraints: dict[str, Any]) -> dict[str, Any]:
     """One task-file table entry from a dict, a :class:`Table`, or a TorchRec ``EmbeddingBagConfig``."""
     if isinstance(t, dict):
         return t
@@ -109,11 +137,15 @@ def _table_row(t: Any, pooling_factors: dict[str, float], zipf_alphas: dict[str,
             raise InputError(f"tables[{t.name!r}].feature_names", f"the table is looked up by {len(features)} "
                              f"features ({', '.join(features[:3])}), and shardplan prices one bag per sample a "
                              "table", "plan the tables looked up by one feature; shared tables are not modelled")
-        if t.name not in pooling_factors:
+        given = _from_constraint(t.name, constraints[t.name]) if t.name in constraints else {}
+        if t.name in pooling_factors:
+            given["pooling_factor"] = pooling_factors[t.name]
+        if "pooling_factor" not in given:
             raise InputError(f"pooling_factors[{t.name!r}]", "is required for a TorchRec table config (it holds "
-                             "no pooling factor)", "pass pooling_factors={table name: mean ids per sample}")
+                             "no pooling factor)", "pass pooling_factors={table name: mean ids per sample}, or "
+                             "the trainer's constraints={table name: ParameterConstraints}")
         return {"name": t.name, "num_embeddings": t.num_embeddings, "embedding_dim": t.embedding_dim,
-                "pooling_factor": pooling_factors[t.name], "zipf_alpha": zipf_alphas.get(t.name, 0.0)}
+                "zipf_alpha": zipf_alphas.get(t.name, 0.0), **given}
     raise InputError("tables", f"a table must be a dict, a shardplan Table or a TorchRec EmbeddingBagConfig, "
                      f"got {type(t).__name__}")
 

@@ -692,6 +692,37 @@ def test_a_trainers_torchrec_configs_are_planned_and_their_plan_fits_its_model_p
         shardplan.make_task(configs, 2, pooling_factors={f"t{i}": 1.0 for i in range(4)}, zipf_alphas={"t9": 1.1})
 
 
+def test_a_trainers_torchrec_constraints_give_pooling_and_sharding_types():
+    """The trainer's ParameterConstraints, as its TorchRec planner takes them: their pooling factors (the mean
+    of a table's list; TorchRec's default 1.0 where none is set; ``pooling_factors`` wins) and sharding types
+    (TorchRec's table_column_wise is our column_wise) reach the task, and the plan honours the types; a
+    constraint to kernels shardplan never timed, a type it has no name for and a stray key are refused."""
+    from torchrec.distributed.planner.types import ParameterConstraints
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+
+    import shardplan
+
+    configs = [EmbeddingBagConfig(name=f"t{i}", num_embeddings=2000 * (i + 1), embedding_dim=16,
+                                  feature_names=[f"f{i}"]) for i in range(4)]
+    constraints = {"t0": ParameterConstraints(pooling_factors=[2.0, 4.0], sharding_types=["data_parallel"]),
+                   "t1": ParameterConstraints(sharding_types=["table_column_wise", "column_wise"]),
+                   "t2": ParameterConstraints(pooling_factors=[9.0])}
+    task = shardplan.make_task(configs, 2, constraints=constraints, pooling_factors={"t2": 5.0, "t3": 3.0})
+    got = {t.name: (t.pooling_factor, t.sharding_types) for t in task.tables}
+    assert got == {"t0": (3.0, ("data_parallel",)), "t1": (1.0, ("column_wise",)), "t2": (5.0, None),
+                   "t3": (3.0, None)}
+    plan = shardplan.plan(task, searcher="neuroshard")
+    assert {t.name: t.sharding_type for t in plan.tables if t.name in ("t0", "t1")} == {
+        "t0": "data_parallel", "t1": "column_wise"}
+    for bad, field in ((ParameterConstraints(compute_kernels=["fused_uvm_caching"]), "compute_kernels"),
+                       (ParameterConstraints(sharding_types=["grid_shard"]), "sharding_types")):
+        with pytest.raises(InputError, match=rf"^constraints\['t0'\].{field}"):
+            shardplan.make_task(configs, 2, constraints={"t0": bad}, pooling_factors={f"t{i}": 1.0 for i in range(4)})
+    with pytest.raises(InputError, match=r"^constraints\['t9'\]: names no TorchRec table config"):
+        shardplan.make_task(configs, 2, constraints={"t9": ParameterConstraints()},
+                            pooling_factors={f"t{i}": 1.0 for i in range(4)})
+
+
 def test_a_torchrec_configs_weight_type_is_the_tasks():
     """FP16 configs make an fp16 task (its memory at 2 bytes a weight), which a profile timed with fp32
     weights refuses to price; a dtype that contradicts the configs, mixed types and a type shardplan has

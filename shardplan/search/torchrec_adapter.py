@@ -64,15 +64,22 @@ def torchrec_topology(task: Task):
         kernel_config=KernelConfig(compute_device=topo.device))
 
 
+def type_from_torchrec(sharding_type: str, field: str) -> str:
+    """Our name for one of TorchRec's sharding types (its two column-wise kinds are our one), or an
+    :class:`InputError` naming ``field`` for a type we have none for."""
+    ours = _FROM_TORCHREC.get(sharding_type, sharding_type)
+    if ours not in SHARDING_TYPES:
+        raise InputError(field, f"TorchRec's {sharding_type!r} has no shardplan counterpart",
+                         f"use one of {list(SHARDING_TYPES)}")
+    return ours
+
+
 def from_torchrec_plan(task: Task, module_plan) -> list[TableSharding]:
     """Our table shardings from one module's TorchRec plan (``{table: ParameterSharding}``)."""
     out = []
     for t in task.tables:
         ps = module_plan[t.name]
-        st = _FROM_TORCHREC.get(ps.sharding_type, ps.sharding_type)
-        if st not in SHARDING_TYPES:
-            raise InputError(f"{t.name}.sharding_type", f"TorchRec's {ps.sharding_type!r} has no shardplan "
-                             f"counterpart", f"plan the table with one of {list(SHARDING_TYPES)}")
+        st = type_from_torchrec(ps.sharding_type, f"{t.name}.sharding_type")
         if st == "data_parallel":
             shards = tuple(Shard(r, 0, t.num_embeddings, 0, t.embedding_dim)
                            for r in range(task.topology.world_size))
