@@ -5,7 +5,7 @@
 Checked: every table present once and no unknown table; ranks in range; shards
 inside the table; shards tile the table exactly (no gap, no overlap), except
 ``data_parallel`` which lists one full copy per rank; the sharding type agrees
-with the shard layout; per-rank memory within capacity.
+with the shard layout and is one the task allows the table; per-rank memory within capacity.
 """
 from __future__ import annotations
 
@@ -40,6 +40,9 @@ def _tiling_problems(prefix: str, table: Table, ts: TableSharding) -> list[str]:
 def _type_problems(prefix: str, table: Table, ts: TableSharding, plan: Plan) -> list[str]:
     topo = plan.task.topology
     st, shards = ts.sharding_type, ts.shards
+    if not table.allows(st):
+        return [f"{prefix}: {st}, which the task's sharding_types for the table do not allow "
+                f"({list(table.sharding_types or ())})"]
     full_rows = all(s.num_rows == table.num_embeddings for s in shards)
     full_cols = all(s.num_cols == table.embedding_dim for s in shards)
     if st == "table_wise" and len(shards) != 1:

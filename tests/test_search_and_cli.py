@@ -772,6 +772,16 @@ def test_a_tasks_per_table_sharding_types_are_honoured_or_refused():
         plan = shardplan.plan(task, searcher=searcher)
         got = {t.name: t.sharding_type for t in plan.tables if t.name in wanted}
         assert got == {name: types[0] for name, types in wanted.items()}, searcher
+    # a plan made elsewhere that breaks its task's constraint is not a valid plan of that task
+    as_file = shardplan.formats.plan_to_dict(plan)
+    small = by_size[0]["name"]
+    as_file["task"]["tables"] = [{**t, "sharding_types": ["table_wise"]} if t["name"] == small else t
+                                 for t in as_file["task"]["tables"]]
+    broken = shardplan.load_plan(as_file)
+    problems = shardplan.plan_problems(broken)
+    assert any(f"({small}): data_parallel, which the task's sharding_types" in p for p in problems)
+    with pytest.raises(InputError, match="sharding_types for the table do not allow"):
+        shardplan.evaluate(broken)
     # TorchRec gets them as its own constraints; its CPU sharder has no row-wise, which it says
     with pytest.raises(InfeasibleError, match=r"TorchRec's planner found no plan: No available sharding type"):
         shardplan.plan(task, searcher="torchrec")

@@ -63,19 +63,19 @@ class Searcher(ABC):
     def _finish(self, task: Task, tables: list[TableSharding], estimator: PlanEstimator, seed: int,
                 seconds: float) -> Plan:
         plan = in_task_order(task, tables)
-        validate_plan(plan)
-        if self.sharding_types is not None:
-            bad = [f"{t.name} ({t.sharding_type})" for t in plan.tables if t.sharding_type not in self.sharding_types]
-            if bad:  # a searcher bug, never a silent violation
-                raise InfeasibleError("sharding_types", f"searcher {self.name} used types outside "
-                                      f"{sorted(self.sharding_types)}: {', '.join(bad[:3])}")
-        for i, ts in enumerate(plan.tables):  # the task's own per-table constraints, whichever searcher planned
+        for i, ts in enumerate(plan.tables):  # the task's own per-table constraints, before the generic check
             table = task.table(ts.name)
             if not table.allows(ts.sharding_type):
                 raise InfeasibleError(f"tables[{i}].sharding_types", f"searcher {self.name} sharded {ts.name!r} "
                                       f"{ts.sharding_type}, which the task does not allow "
                                       f"({list(table.sharding_types or ())})",
                                       f"use a searcher that honours per-table types: {constrained_searchers()}")
+        validate_plan(plan)
+        if self.sharding_types is not None:
+            bad = [f"{t.name} ({t.sharding_type})" for t in plan.tables if t.sharding_type not in self.sharding_types]
+            if bad:  # a searcher bug, never a silent violation
+                raise InfeasibleError("sharding_types", f"searcher {self.name} used types outside "
+                                      f"{sorted(self.sharding_types)}: {', '.join(bad[:3])}")
         return Plan(task=task, tables=plan.tables, cost=estimator.estimate(plan),
                     search={"searcher": self.name, "seed": seed, "seconds": round(seconds, 4)})
 
