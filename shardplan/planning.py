@@ -81,8 +81,8 @@ def _task_dtype(tables: list[Any], given: str | None) -> str:
     """The task's weight type: ``given``, checked against the TorchRec configs' ``data_type``s, else theirs."""
     found: dict[str, str] = {}  # dtype -> the first config that has it
     for t in tables:
-        data_type = getattr(t, "data_type", None)
-        if data_type is None or isinstance(t, (dict, Table)):
+        data_type = getattr(t, "data_type", None)  # a TorchRec config's; dicts and Tables have none
+        if data_type is None:
             continue
         value = str(getattr(data_type, "value", data_type))
         if value not in TORCHREC_DTYPES:

@@ -116,17 +116,20 @@ class PlanEstimator:
         return PlanEstimator(compute, self.comm, self.profile,
                              f"{self.compute_name} at a host reference of {compute.reference_ms:.3f} ms")
 
+    def _timed_with(self, key: str, default: str) -> list[str]:
+        meta = getattr(self.compute, "metadata", {}) or {}
+        return list(meta.get(key, [default]))
+
     @property
     def optimizers(self) -> list[str]:
-        meta = getattr(self.compute, "metadata", {}) or {}
-        return list(meta.get("optimizers", ["sgd"]))
+        """The optimizers the compute model's data was timed with (its metadata; sgd where it says none)."""
+        return self._timed_with("optimizers", "sgd")
 
     @property
     def dtypes(self) -> list[str]:
         """The weight types the compute model's data was timed with: a model's ``dtypes`` metadata, else fp32,
-        which every collection so far has timed (the collector's CLI offers no other)."""
-        meta = getattr(self.compute, "metadata", {}) or {}
-        return list(meta.get("dtypes", ["fp32"]))
+        what every model trained before ``train`` recorded them was timed with."""
+        return self._timed_with("dtypes", "fp32")
 
 
 def comm_model_for(profile: Profile) -> CommModel:
