@@ -74,7 +74,7 @@ def test_restricting_sharding_types(task) -> None:
         shardplan.plan(task, sharding_types=["column_wise"])
     tight = shardplan.make_task(TABLES, 2, batch_size_per_rank=128, memory_per_rank_gb=0.001)  # user > one rank
     assert any(t.sharding_type == "row_wise" for t in shardplan.plan(tight).tables)
-    with pytest.raises(InputError, match="row-wise sharding is not allowed"):
+    with pytest.raises(InputError, match="neither row_wise nor table_row_wise is allowed"):
         shardplan.plan(tight, sharding_types=GLOO_TYPES)
 
 

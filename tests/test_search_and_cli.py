@@ -751,11 +751,22 @@ def test_a_torchrec_configs_weight_type_is_the_tasks():
         shardplan.plan(configs(DataType.FP16, DataType.FP16), 2, pooling_factors=pooling, searcher="greedy-size")
 
 
-def test_a_tasks_per_table_sharding_types_are_honoured_or_refused():
-    """TorchRec's per-table ``ParameterConstraints.sharding_types``, in the task file: the searchers that
-    honour restrictions give each constrained table one of its types (a replica, row-wise slices, column
-    blocks even where they could sit whole); a searcher that cannot is refused naming the table, never
-    lets it through; the file keeps the field and refuses an unknown type."""
+def _constrained(base: dict, wanted: dict[str, list[str]]) -> dict:
+    """``base`` (a task dict) with ``wanted``'s tables given those sharding types."""
+    return {**base, "tables": [{**t, "sharding_types": wanted[t["name"]]} if t["name"] in wanted else t
+                               for t in base["tables"]]}
+
+
+# Every searcher but TorchRec's (its own test below) and the Optuna-tuned beam (the beam's, in seconds more).
+OUR_SEARCHERS = ("neuroshard", "neuroshard-tw", "rl", "greedy-cost", "greedy-size", "greedy-dim", "greedy-lookup",
+                 "greedy-size-lookup", "random", "round-robin")
+
+
+def test_a_tasks_per_table_sharding_types_are_honoured_by_every_searcher():
+    """TorchRec's per-table ``ParameterConstraints.sharding_types``, in the task file: every searcher gives
+    each constrained table one of its types (a replica, row-wise slices, a column block even where it could
+    sit whole); a plan that breaks one is refused naming the table; the file keeps the field and refuses
+    an unknown type."""
     import shardplan
     from shardplan.formats import task_to_dict
 
@@ -763,20 +774,19 @@ def test_a_tasks_per_table_sharding_types_are_honoured_or_refused():
     by_size = sorted(base["tables"], key=lambda t: t["num_embeddings"] * t["embedding_dim"])
     wanted = {by_size[0]["name"]: ["data_parallel"], by_size[-1]["name"]: ["row_wise"],
               by_size[len(by_size) // 2]["name"]: ["column_wise"]}
-    for t in base["tables"]:
-        if t["name"] in wanted:
-            t["sharding_types"] = wanted[t["name"]]
-    task = shardplan.load_task(base)
+    narrow = next(t["name"] for t in base["tables"] if t["embedding_dim"] == 4 and t["name"] not in wanted)
+    wanted[narrow] = ["column_wise"]  # 4 wide: one block, FBGEMM's narrowest, is the only column-wise layout
+    task = shardplan.load_task(_constrained(base, wanted))
     assert shardplan.load_task(task_to_dict(task)) == task  # the field round-trips
-    for searcher in ("neuroshard", "neuroshard-tw"):
+    for searcher in OUR_SEARCHERS:
         plan = shardplan.plan(task, searcher=searcher)
         got = {t.name: t.sharding_type for t in plan.tables if t.name in wanted}
         assert got == {name: types[0] for name, types in wanted.items()}, searcher
+        assert len(plan.sharding(narrow).shards) == 1, searcher
     # a plan made elsewhere that breaks its task's constraint is not a valid plan of that task
     as_file = shardplan.formats.plan_to_dict(plan)
     small = by_size[0]["name"]
-    as_file["task"]["tables"] = [{**t, "sharding_types": ["table_wise"]} if t["name"] == small else t
-                                 for t in as_file["task"]["tables"]]
+    as_file["task"] = _constrained(as_file["task"], {small: ["table_wise"]})
     broken = shardplan.load_plan(as_file)
     problems = shardplan.plan_problems(broken)
     assert any(f"({small}): data_parallel, which the task's sharding_types" in p for p in problems)
@@ -785,12 +795,53 @@ def test_a_tasks_per_table_sharding_types_are_honoured_or_refused():
     # TorchRec gets them as its own constraints; its CPU sharder has no row-wise, which it says
     with pytest.raises(InfeasibleError, match=r"TorchRec's planner found no plan: No available sharding type"):
         shardplan.plan(task, searcher="torchrec")
-    gloo = shardplan.load_task({**base, "tables": [{**t, "sharding_types": ["table_wise"]} if t.get(
-        "sharding_types") == ["row_wise"] else t for t in base["tables"]]})
+    gloo = shardplan.load_task(_constrained(base, {**wanted, by_size[-1]["name"]: ["table_wise"]}))
     plan = shardplan.plan(gloo, searcher="torchrec")
     assert {t.name: t.sharding_type for t in plan.tables if t.name in wanted} == {
         name: "table_wise" if types == ["row_wise"] else types[0] for name, types in wanted.items()}
-    with pytest.raises(InfeasibleError, match=r"^tables\[\d+\].sharding_types: searcher greedy-size sharded"):
-        shardplan.plan(task, searcher="greedy-size")
     with pytest.raises(InputError, match=r"tables\[0\].sharding_types\[0\]"):
         shardplan.load_task({**base, "tables": [{**base["tables"][0], "sharding_types": ["diagonal"]}]})
+
+
+def test_a_searchers_plan_that_breaks_a_tables_sharding_types_is_refused_by_name(estimator):
+    """The guard every plan passes: a searcher that ignored the task's constraint is named with the table."""
+    from shardplan.search.base import Searcher
+    from shardplan.search.placement import table_wise
+
+    class Careless(Searcher):
+        name = "careless"
+
+        def search(self, task, estimator, seed):
+            return [table_wise(t, i % task.topology.world_size) for i, t in enumerate(task.tables)]
+
+    base = json.loads(open("data/tasks/cpu-bench/cpu-bench-00.json").read())
+    task = load_task(_constrained(base, {base["tables"][0]["name"]: ["data_parallel"]}))
+    with pytest.raises(InfeasibleError, match=r"^tables\[0\]\.sharding_types: searcher careless sharded"):
+        Careless().plan(task, estimator)
+
+
+def test_tables_kept_spread_go_table_row_wise_over_one_host_or_replicated():
+    """On two hosts: a table allowed only table-row-wise lies on one host's ranks under every searcher; one
+    allowed table-row-wise or a replica gets one of the two; a table allowed only whole that fits no rank
+    whole is refused naming its sharding_types."""
+    import shardplan
+    from shardplan.formats import task_to_dict
+
+    base = task_to_dict(shardplan.load_task("data/tasks/cpu-bench/cpu-bench-00.json"))
+    base["topology"]["local_world_size"] = base["topology"]["world_size"] // 2
+    by_size = sorted(base["tables"], key=lambda t: t["num_embeddings"] * t["embedding_dim"])
+    big, second = by_size[-1]["name"], by_size[-2]["name"]
+    task = shardplan.load_task(_constrained(base, {big: ["table_row_wise"],
+                                                   second: ["table_row_wise", "data_parallel"]}))
+    hosts = task.topology.num_hosts
+    for searcher in OUR_SEARCHERS:
+        plan = shardplan.plan(task, searcher=searcher)
+        got = {t.name: t for t in plan.tables}
+        assert got[big].sharding_type == "table_row_wise", searcher
+        assert len({task.topology.host_of(s.rank) for s in got[big].shards}) == 1 < hosts, searcher
+        assert got[second].sharding_type in ("table_row_wise", "data_parallel"), searcher
+    tight = {**base, "topology": {**base["topology"], "memory_per_rank_gb": 0.4}}
+    whole_only = shardplan.load_task(_constrained(tight, {big: ["table_wise", "column_wise"]}))
+    assert table_bytes(whole_only, whole_only.table(big)) > 0.4 * GB
+    with pytest.raises(InfeasibleError, match=rf"^tables\.{big}\.sharding_types: .*allows it no split"):
+        shardplan.plan(whole_only, searcher="greedy-size")

@@ -5,15 +5,16 @@ the rank that leaves the partial plan's predicted cost (slowest rank, fused
 compute + comm, from the learned model) lowest, among ranks with memory left.
 A table that fits no rank whole is split row-wise over all ranks; if even that
 does not fit, the task is infeasible and the error says which table and why.
+A task's per-table sharding types are honoured as the baselines honour them
+(:mod:`.heuristics`).
 """
 from __future__ import annotations
 
 from ..cost.estimator import PlanEstimator
 from ..cost.specs import shard_spec
 from ..domain import Plan, Shard, TableSharding, Task
-from ..memory import table_bytes
 from .base import Searcher, register
-from .placement import MemoryLedger, table_wise
+from .placement import MemoryLedger, goes_whole, whole_on
 
 
 def solo_costs(task: Task, estimator: PlanEstimator) -> dict[str, float]:
@@ -30,15 +31,14 @@ class GreedyCostSearcher(Searcher):
 
     def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]:
         ledger = MemoryLedger(task)
-        placed: list[TableSharding] = []
+        placed = ledger.place_fixed(task.tables)
         cost = solo_costs(task, estimator)
-        for table in sorted(task.tables, key=lambda t: (-cost[t.name], t.name)):
-            need = table_bytes(task, table)
-            candidates = [r for r in range(len(ledger.used)) if ledger.fits(r, need)]
+        for table in sorted((t for t in task.tables if goes_whole(t)), key=lambda t: (-cost[t.name], t.name)):
+            candidates = ledger.whole_ranks(table)
             if not candidates:
-                placed.append(ledger.place_row_wise(table))
+                placed.append(ledger.place_spread(table))
                 continue
-            best = min(candidates, key=lambda r: self._score(task, estimator, placed + [table_wise(table, r)], r))
+            best = min(candidates, key=lambda r: self._score(task, estimator, placed + [whole_on(table, r)], r))
             placed.append(ledger.place_whole(table, best))
         return placed
 

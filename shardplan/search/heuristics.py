@@ -11,7 +11,10 @@ among ranks with memory left (AutoShard/DreamShard's baselines):
 
 A table that fits no rank whole is split row-wise over all ranks (as every
 searcher here does), and a task that cannot fit even so is an
-:class:`~shardplan.errors.InfeasibleError`.
+:class:`~shardplan.errors.InfeasibleError`. A task's per-table sharding types
+are honoured (:class:`~.placement.MemoryLedger`): a table no rank may hold
+whole is spread first, as its types allow, and one allowed column-wise but not
+table-wise goes whole as one column block.
 """
 from __future__ import annotations
 
@@ -23,21 +26,25 @@ from ..cost.estimator import PlanEstimator
 from ..domain import TableSharding, Task, Table
 from ..memory import table_bytes
 from .base import Searcher, register
-from .placement import MemoryLedger
+from .placement import MemoryLedger, goes_whole
 
 
 def _lpt(task: Task, cost: Callable[[Table], float]) -> list[TableSharding]:
     ledger = MemoryLedger(task)
     load = [0.0] * task.topology.world_size
-    out = []
-    for t in sorted(task.tables, key=lambda t: (-cost(t), t.name)):
-        need = table_bytes(task, t)
-        ranks = [r for r in range(len(load)) if ledger.fits(r, need)]
+
+    def spread(ts: TableSharding) -> TableSharding:
+        t = task.table(ts.name)
+        for s in ts.shards:  # a replica serves the local batch: 1/world of the table's work
+            load[s.rank] += cost(t) * (1 / len(load) if ts.sharding_type == "data_parallel"
+                                       else s.num_rows / t.num_embeddings)
+        return ts
+
+    out = [spread(ts) for ts in ledger.place_fixed(task.tables)]
+    for t in sorted((t for t in task.tables if goes_whole(t)), key=lambda t: (-cost(t), t.name)):
+        ranks = ledger.whole_ranks(t)
         if not ranks:
-            ts = ledger.place_row_wise(t)
-            for s in ts.shards:
-                load[s.rank] += cost(t) * s.num_rows / t.num_embeddings
-            out.append(ts)
+            out.append(spread(ledger.place_spread(t)))
             continue
         r = min(ranks, key=lambda r: (load[r], r))
         load[r] += cost(t)
@@ -81,11 +88,11 @@ class RandomSearcher(Searcher):
     def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]:
         rng = np.random.default_rng(seed)
         ledger = MemoryLedger(task)
-        out = []
+        out = ledger.place_fixed(task.tables)
         # Largest first, so that random choices rarely paint the big tables into a corner.
-        for t in sorted(task.tables, key=lambda t: (-table_bytes(task, t), t.name)):
-            ranks = [r for r in range(len(ledger.used)) if ledger.fits(r, table_bytes(task, t))]
-            out.append(ledger.place_whole(t, int(rng.choice(ranks))) if ranks else ledger.place_row_wise(t))
+        for t in sorted((t for t in task.tables if goes_whole(t)), key=lambda t: (-table_bytes(task, t), t.name)):
+            ranks = ledger.whole_ranks(t)
+            out.append(ledger.place_whole(t, int(rng.choice(ranks))) if ranks else ledger.place_spread(t))
         return out
 
 
@@ -97,13 +104,13 @@ class RoundRobinSearcher(Searcher):
     def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]:
         ledger = MemoryLedger(task)
         world = len(ledger.used)
-        out, nxt = [], 0
-        for t in task.tables:
-            need = table_bytes(task, t)
-            ranks = [(nxt + k) % world for k in range(world) if ledger.fits((nxt + k) % world, need)]
+        out, nxt = ledger.place_fixed(task.tables), 0
+        for t in (t for t in task.tables if goes_whole(t)):
+            room = set(ledger.whole_ranks(t))
+            ranks = [(nxt + k) % world for k in range(world) if (nxt + k) % world in room]
             if ranks:
                 out.append(ledger.place_whole(t, ranks[0]))
                 nxt = (ranks[0] + 1) % world
             else:
-                out.append(ledger.place_row_wise(t))
+                out.append(ledger.place_spread(t))
         return out

@@ -27,11 +27,11 @@ from __future__ import annotations
 from typing import Callable
 
 from ..cost.estimator import PlanEstimator
-from ..domain import Plan, Shard, Table, TableSharding, Task
+from ..domain import Plan, Shard, Table, TableSharding, Task, Topology
 from ..errors import InfeasibleError
 from ..memory import GB, capacity_bytes, rank_memory_gb, shard_bytes
 from .base import Searcher, register
-from .placement import row_wise_shards
+from .placement import goes_whole, row_wise_shards
 from .placer import GRID, Placer, Unit, column_blocks, max_blocks
 from .polish import polish, polished_candidates
 
@@ -84,17 +84,22 @@ def _initial_state(task: Task, allowed: frozenset[str] | None = None) -> State:
     """Whole tables, except those too big for one rank: in column blocks where a few fit, else row-wise.
 
     Largest first, each judged against what the row-wise tables before it
-    leave free on every rank (their slices take memory on all ranks).
+    leave free on every rank (their slices take memory on all ranks; a
+    table-row-wise one's are counted so too, to be safe). A table the task
+    allows neither whole nor in column blocks is replicated where it asks for
+    that, else sliced row-wise, else table-row-wise.
     """
     cap = capacity_bytes(task)
     ranks = list(range(task.topology.world_size))
     taken = 0.0  # per-rank bytes of the row-wise slices so far (the largest slice, to be safe)
     kinds: dict[str, tuple[str, int]] = {}
+    index = {t.name: i for i, t in enumerate(task.tables)}
     for t in sorted(task.tables, key=lambda t: (-t.num_embeddings * t.embedding_dim, t.name)):
         ok = _allowed_for(t, allowed)
         whole = shard_bytes(task, t, "table_wise", Shard(0, 0, t.num_embeddings, 0, t.embedding_dim))
-        if whole <= cap - taken and ok("table_wise"):
-            kinds[t.name] = ("tw", 1)
+        if whole <= cap - taken and (ok("table_wise") or ok("column_wise")):
+            # one block where the task allows column blocks but not the whole table (the moves split it)
+            kinds[t.name] = ("tw", 1) if ok("table_wise") else ("cw", 1)
             continue
         # Column blocks first: they cost one batch-sized buffer each, on a few ranks, where
         # row-wise slices put a full-batch buffer on every rank.
@@ -102,20 +107,26 @@ def _initial_state(task: Task, allowed: frozenset[str] | None = None) -> State:
         if blocks is not None:
             kinds[t.name] = ("cw", blocks)
             continue
-        if whole <= cap - taken and not ok("row_wise") and ok("data_parallel"):  # a replica the task asks for
-            kinds[t.name] = ("dp", 0)
+        if whole <= cap - taken and ok("data_parallel") and not (ok("row_wise") or ok("table_row_wise")):
+            kinds[t.name] = ("dp", 0)  # a replica, the only spread the task allows
             taken += whole
             continue
-        if not ok("row_wise"):
+        if ok("row_wise"):
+            kinds[t.name], kind, over = ("rw", 0), "row_wise", ranks
+        elif ok("table_row_wise"):  # slices over one host's ranks, the host the beam's moves would pick
+            host = index[t.name] % task.topology.num_hosts
+            kinds[t.name], kind = ("twrw", host), "table_row_wise"
+            over = [r for r in ranks if task.topology.host_of(r) == host]
+        else:
             raise InfeasibleError(
                 f"tables.{t.name}", f"needs {whole / GB:.3f} GB, more than one rank has free, and "
-                "row-wise sharding is not allowed", "allow row_wise, or raise topology.memory_per_rank_gb")
-        kinds[t.name] = ("rw", 0)
-        slice_bytes = max(shard_bytes(task, t, "row_wise", s) for s in row_wise_shards(t, ranks))
+                "neither row_wise nor table_row_wise is allowed",
+                "allow row_wise, or raise topology.memory_per_rank_gb")
+        slice_bytes = max(shard_bytes(task, t, kind, s) for s in row_wise_shards(t, over))
         if slice_bytes > cap - taken:
             raise InfeasibleError(
-                f"tables.{t.name}", f"needs {whole / GB:.3f} GB and does not fit even split row-wise over "
-                f"all {len(ranks)} ranks beside the larger tables",
+                f"tables.{t.name}", f"needs {whole / GB:.3f} GB and does not fit even split {kind} over "
+                f"{len(over)} ranks beside the larger tables",
                 "raise topology.memory_per_rank_gb or add ranks")
         taken += slice_bytes
     return tuple(kinds[t.name] for t in task.tables)
@@ -179,7 +190,7 @@ def hot_split_state(task: Task, state: State, placer: Placer, hot_share: float =
     limit = hot_share * float(solo.sum()) / task.topology.world_size
     out = list(state)
     for i, t in enumerate(task.tables):
-        if state[i] != ("tw", 1) or not t.allows("column_wise"):
+        if state[i] not in (("tw", 1), ("cw", 1)) or not t.allows("column_wise"):
             continue
         k = 1
         while solo[i] / k > limit and 2 * k <= min(max_blocks(t), task.topology.world_size):
@@ -253,6 +264,11 @@ class NeuroShardBeam(Searcher):
                         out += self._placeable(task, state[:i] + (("rw", 0),) + state[i + 1:])
                     if topo.num_hosts > 1 and self._allows("table_row_wise", t):
                         out += self._placeable(task, state[:i] + (("twrw", i % topo.num_hosts),) + state[i + 1:])
+        for i, t in enumerate(tables):  # a table the task keeps spread: the other spreads it allows
+            if state[i][0] not in ("tw", "cw") and not goes_whole(t):
+                for alt in self._spreads(t, topo):
+                    if alt != state[i]:
+                        out += self._placeable(task, state[:i] + (alt,) + state[i + 1:])
         # Replicating a table costs its gradient all-reduce; only small tables can win.
         small = sorted((i for i, t in enumerate(tables) if state[i] == ("tw", 1)),
                        key=lambda i: tables[i].num_embeddings * tables[i].embedding_dim)[:2]
@@ -260,6 +276,13 @@ class NeuroShardBeam(Searcher):
             if self._allows("data_parallel", tables[i]):
                 out += self._placeable(task, state[:i] + (("dp", 0),) + state[i + 1:])
         return out
+
+    def _spreads(self, t: Table, topo: Topology) -> list[tuple[str, int]]:
+        """The states of ``t`` spread over ranks that this search and the task allow."""
+        out = [("rw", 0)] if self._allows("row_wise", t) else []
+        if self._allows("table_row_wise", t):
+            out += [("twrw", h) for h in range(topo.num_hosts)]
+        return out + ([("dp", 0)] if self._allows("data_parallel", t) else [])
 
     def _placeable(self, task: Task, state: State) -> list[State]:
         """``state``, or where its pieces on every rank crowd a table out, the variants that cut that

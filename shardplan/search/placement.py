@@ -24,6 +24,24 @@ def table_wise(table: Table, rank: int) -> TableSharding:
                          (Shard(rank, 0, table.num_embeddings, 0, table.embedding_dim),))
 
 
+def goes_whole(table: Table) -> bool:
+    """Whether the task lets one rank hold ``table`` whole: table-wise, or as one column block."""
+    return table.allows("table_wise") or table.allows("column_wise")
+
+
+def whole_on(table: Table, rank: int) -> TableSharding:
+    """``table`` whole on ``rank``: table-wise, or one column block where the task allows column_wise but
+    not table_wise (the same shard and memory; the type is the task's word)."""
+    if table.allows("table_wise"):
+        return table_wise(table, rank)
+    return TableSharding(table.name, "column_wise", (Shard(rank, 0, table.num_embeddings, 0, table.embedding_dim),))
+
+
+# The order in which a table that no rank takes whole is spread: row slices over every rank (TorchRec's
+# fallback for a table too big for one), slices over one host's ranks, then a replica on every rank.
+SPREAD_TYPES = ("row_wise", "table_row_wise", "data_parallel")
+
+
 def merge_colocated_blocks(task: Task, tables: list[TableSharding]) -> list[TableSharding]:
     """``tables`` with each rank's column blocks of one table joined into one block (a table all of
     whose blocks sit on one rank becomes table-wise again).
@@ -65,19 +83,57 @@ class MemoryLedger:
     def fits(self, rank: int, nbytes: float) -> bool:
         return self.used[rank] + nbytes <= self.cap
 
+    def whole_ranks(self, table: Table) -> list[int]:
+        """The ranks with room for ``table`` whole; none where the task lets no rank hold it whole."""
+        if not goes_whole(table):
+            return []
+        need = table_bytes(self.task, table)
+        return [r for r in range(len(self.used)) if self.fits(r, need)]
+
     def place_whole(self, table: Table, rank: int) -> TableSharding:
         self.used[rank] += table_bytes(self.task, table)
-        return table_wise(table, rank)
+        return whole_on(table, rank)
 
-    def place_row_wise(self, table: Table) -> TableSharding:
-        """Split ``table`` by rows over all ranks, or raise why it cannot fit."""
-        ts = TableSharding(table.name, "row_wise", row_wise_shards(table, list(range(len(self.used)))))
-        need = [shard_bytes(self.task, table, "row_wise", s) for s in ts.shards]
-        if any(not self.fits(s.rank, b) for s, b in zip(ts.shards, need)):
+    def place_spread(self, table: Table) -> TableSharding:
+        """``table`` spread over ranks, the first of :data:`SPREAD_TYPES` the task allows it and memory
+        holds, or raise why it cannot fit. Table-row-wise goes to the host whose fullest rank has the most room."""
+        tried = []
+        for kind in SPREAD_TYPES:
+            if not table.allows(kind):
+                continue
+            ts = self._spread(table, kind)
+            need = [shard_bytes(self.task, table, kind, s) for s in ts.shards]
+            if all(self.fits(s.rank, b) for s, b in zip(ts.shards, need)):
+                for s, b in zip(ts.shards, need):
+                    self.used[s.rank] += b
+                return ts
+            tried.append(kind)
+        size = f"needs {table_bytes(self.task, table) / GB:.3f} GB"
+        if not tried:
             raise InfeasibleError(
-                f"tables.{table.name}", f"needs {table_bytes(self.task, table) / GB:.3f} GB and fits no rank's "
-                f"remaining memory, even split row-wise over all {len(self.used)} ranks",
-                "raise topology.memory_per_rank_gb or add ranks")
-        for s, b in zip(ts.shards, need):
-            self.used[s.rank] += b
-        return ts
+                f"tables.{table.name}.sharding_types", f"{size}, fits no rank's remaining memory whole, and the "
+                f"task allows it no split ({list(table.sharding_types or ())})",
+                "allow row_wise for it, or raise topology.memory_per_rank_gb")
+        raise InfeasibleError(
+            f"tables.{table.name}", f"{size} and fits no rank's remaining memory whole, nor spread "
+            f"{', '.join(tried)}", "raise topology.memory_per_rank_gb or add ranks")
+
+    def place_fixed(self, tables: list[Table]) -> list[TableSharding]:
+        """The tables that no rank may hold whole, spread before any choice is made: they leave the
+        searcher nothing to choose, and their pieces take memory on every rank they touch."""
+        return [self.place_spread(t) for t in tables if not goes_whole(t)]
+
+    def _spread(self, table: Table, kind: str) -> TableSharding:
+        topo = self.task.topology
+        if kind == "data_parallel":
+            return TableSharding(table.name, kind, tuple(Shard(r, 0, table.num_embeddings, 0, table.embedding_dim)
+                                                         for r in range(topo.world_size)))
+        ranks = list(range(topo.world_size))
+        if kind == "table_row_wise":  # on one host, the same slices as row-wise
+            host = min(range(topo.num_hosts), key=lambda h: (max(self.used[r] for r in self._host(h)), h))
+            ranks = self._host(host)
+        return TableSharding(table.name, kind, row_wise_shards(table, ranks))
+
+    def _host(self, host: int) -> list[int]:
+        n = self.task.topology.local_world_size
+        return list(range(host * n, (host + 1) * n))

@@ -161,14 +161,16 @@ class Placer:
                 np.array([r[2] for r in rows], float))
 
     def shardings(self, units: list[Unit], where: np.ndarray, fixed: list[TableSharding]) -> list[TableSharding]:
-        """``fixed`` plus the units placed on ranks ``where``: whole tables table-wise, blocks column-wise."""
+        """``fixed`` plus the units placed on ranks ``where``: whole tables table-wise (one column block where
+        the task allows column-wise but not table-wise), blocks column-wise."""
         placed: dict[str, list[Shard]] = {}
         for u, r in zip(units, where):
             shard = Shard(int(r), 0, u.table.num_embeddings, u.col_offset, u.num_cols)
             placed.setdefault(u.table.name, []).append(shard)
         out = list(fixed)
         for name, shs in placed.items():
-            whole = len(shs) == 1 and shs[0].num_cols == self.task.table(name).embedding_dim
+            table = self.task.table(name)
+            whole = len(shs) == 1 and shs[0].num_cols == table.embedding_dim and table.allows("table_wise")
             out.append(TableSharding(name, "table_wise" if whole else "column_wise",
                                      tuple(sorted(shs, key=lambda s: s.col_offset))))
         return out
