@@ -68,14 +68,23 @@ def test_row_wise_on_gloo_is_refused_by_name(task) -> None:
 
 
 def test_restricting_sharding_types(task) -> None:
-    with pytest.raises(InputError, match="cannot restrict"):
-        shardplan.plan(task, searcher="greedy-size", sharding_types=GLOO_TYPES)
     with pytest.raises(InputError, match="table_wise is required"):
         shardplan.plan(task, sharding_types=["column_wise"])
+    with pytest.raises(InputError, match=r"^sharding_types: must be a list"):
+        shardplan.plan(task, sharding_types="table_wise")
     tight = shardplan.make_task(TABLES, 2, batch_size_per_rank=128, memory_per_rank_gb=0.001)  # user > one rank
-    assert any(t.sharding_type == "row_wise" for t in shardplan.plan(tight).tables)
+    for searcher in ("neuroshard", "greedy-size", "round-robin"):
+        assert any(t.sharding_type == "row_wise" for t in shardplan.plan(tight, searcher=searcher).tables)
+    # gloo has no row-wise, and the table is too big for one rank: each searcher says so
     with pytest.raises(InputError, match="neither row_wise nor table_row_wise is allowed"):
         shardplan.plan(tight, sharding_types=GLOO_TYPES)
+    with pytest.raises(InputError, match=r"^tables\.user: .*whole, nor spread data_parallel"):
+        shardplan.plan(tight, searcher="greedy-size", sharding_types=GLOO_TYPES)
+    from shardplan.search import SEARCHERS
+
+    for searcher in sorted(set(SEARCHERS) - {"neuroshard-optuna"}):  # the tuned beam is the beam's
+        plan = shardplan.plan(task, searcher=searcher, sharding_types=GLOO_TYPES)
+        assert {t.sharding_type for t in plan.tables} <= set(GLOO_TYPES), searcher
 
 
 def test_dmp_suite_script_trains_every_plan_and_writes_its_table(task, tmp_path, monkeypatch, load_script) -> None:

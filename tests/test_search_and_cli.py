@@ -843,5 +843,5 @@ def test_tables_kept_spread_go_table_row_wise_over_one_host_or_replicated():
     tight = {**base, "topology": {**base["topology"], "memory_per_rank_gb": 0.4}}
     whole_only = shardplan.load_task(_constrained(tight, {big: ["table_wise", "column_wise"]}))
     assert table_bytes(whole_only, whole_only.table(big)) > 0.4 * GB
-    with pytest.raises(InfeasibleError, match=rf"^tables\.{big}\.sharding_types: .*allows it no split"):
+    with pytest.raises(InfeasibleError, match=rf"^tables\.{big}\.sharding_types: .*no split of it is allowed"):
         shardplan.plan(whole_only, searcher="greedy-size")

@@ -170,15 +170,13 @@ def gloo_plans(task: Task, peers: list[str], estimator) -> tuple[dict[str, Plan]
     """The default searcher's plan of ``task`` (as ``"shardplan"``) and each peer's, all limited to the
     sharding types gloo runs; a peer that cannot plan the task, or whose plan gloo cannot run, is
     left out, with why, in the second dict."""
-    from ..search import DEFAULT_SEARCHER, SEARCHERS, get_searcher
+    from ..search import DEFAULT_SEARCHER, get_searcher
 
-    plans = {"shardplan": get_searcher(DEFAULT_SEARCHER, frozenset(GLOO_TYPES)).plan(task, estimator, seed=0)}
+    plans = {"shardplan": get_searcher(DEFAULT_SEARCHER, GLOO_TYPES).plan(task, estimator, seed=0)}
     errors: dict[str, str] = {}
     for peer in peers:
-        # The literature's greedies place whole tables only: nothing to restrict, and gloo runs them.
-        types = frozenset(GLOO_TYPES) if SEARCHERS[peer].honours_sharding_types else None
         try:
-            plan = get_searcher(peer, types).plan(task, estimator, seed=0)
+            plan = get_searcher(peer, GLOO_TYPES).plan(task, estimator, seed=0)
             check_runnable(plan, "gloo")
             plans[peer] = plan
         except InputError as e:  # infeasible, or not runnable on gloo

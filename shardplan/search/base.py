@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
+from dataclasses import replace
 from typing import Callable, Iterable
 
 from ..cost.estimator import PlanEstimator
@@ -17,20 +18,37 @@ def in_task_order(task: Task, tables: Iterable[TableSharding]) -> Plan:
     return Plan(task=task, tables=tuple(sorted(tables, key=lambda s: order[s.name])))
 
 
+def restricted(task: Task, sharding_types: frozenset[str] | None) -> Task:
+    """``task`` with every table's allowed types cut to ``sharding_types`` (``task`` itself for None).
+
+    A searcher's restriction is a per-table constraint on every table, so a searcher honours both through
+    :meth:`Table.allows` alone; the plan is still of the task as given.
+    """
+    if sharding_types is None:
+        return task
+    return replace(task, tables=tuple(
+        replace(t, sharding_types=tuple(k for k in (t.sharding_types or SHARDING_TYPES) if k in sharding_types))
+        for t in task.tables))
+
+
 class Searcher(ABC):
     """Finds a plan for a task. Subclasses implement :meth:`search`; :meth:`plan` wraps it.
 
     ``search`` returns the table shardings; ``plan`` times it, validates the
     result (memory included), and attaches the predicted cost and the ``search``
     block. The same task, estimator and seed give the same plan.
+
+    ``sharding_types``, when given, are the only types the plan may use (``table_wise`` among them, so
+    that every table has a way to be placed): what a trainer's backend can run, e.g. TorchRec over gloo
+    has no row-wise. ``search`` sees the task with the restriction folded into each table's own
+    ``sharding_types`` (:func:`restricted`), so honouring the task's per-table types honours it too.
     """
 
     name: str = ""
     description: str = ""
-    #: Searchers whose constructor takes ``sharding_types`` (and honours it) set this True.
-    honours_sharding_types: bool = False
-    #: The sharding types a plan may use (None: any); checked on every plan.
-    sharding_types: frozenset[str] | None = None
+
+    def __init__(self, sharding_types: Iterable[str] | None = None) -> None:
+        self.sharding_types = _restriction(sharding_types)
 
     @abstractmethod
     def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]: ...
@@ -43,7 +61,7 @@ class Searcher(ABC):
     def plan(self, task: Task, estimator: PlanEstimator, seed: int = 0) -> Plan:
         estimator.check_task(task)  # a task the profile has no costs for is refused before any search
         t0 = time.perf_counter()
-        tables = self.search(task, estimator, seed)
+        tables = self.search(restricted(task, self.sharding_types), estimator, seed)
         return self._finish(task, tables, estimator, seed, time.perf_counter() - t0)
 
     def plan_shortlist(self, task: Task, estimator: PlanEstimator, seed: int = 0) -> list[Plan]:
@@ -51,7 +69,7 @@ class Searcher(ABC):
         each plan's ``seconds`` is the whole search's."""
         estimator.check_task(task)
         t0 = time.perf_counter()
-        found = self.shortlist(task, estimator, seed)
+        found = self.shortlist(restricted(task, self.sharding_types), estimator, seed)
         seconds = time.perf_counter() - t0
         out: list[Plan] = []
         for tables in found:
@@ -90,9 +108,19 @@ def register(cls: type[Searcher]) -> type[Searcher]:
     return cls
 
 
-def constrained_searchers() -> list[str]:
-    """The searchers that honour sharding-type restrictions, the task's per-table ones included."""
-    return sorted(n for n, c in SEARCHERS.items() if c.honours_sharding_types)
+def _restriction(sharding_types: Iterable[str] | None) -> frozenset[str] | None:
+    if sharding_types is None:
+        return None
+    if isinstance(sharding_types, str):  # a bare "table_wise" would read as its letters
+        raise InputError("sharding_types", f"must be a list of types, got the string {sharding_types!r}",
+                         f"pass a list, e.g. [{sharding_types!r}]")
+    allowed = frozenset(sharding_types)
+    unknown = sorted(allowed - set(SHARDING_TYPES))
+    if unknown or "table_wise" not in allowed:
+        raise InputError("sharding_types", f"{sorted(allowed)} is not a usable restriction"
+                         + (f" ({unknown} unknown)" if unknown else " (table_wise is required)"),
+                         f"choose from {list(SHARDING_TYPES)}, including table_wise")
+    return allowed
 
 
 def get_searcher(name: str, sharding_types: Iterable[str] | None = None) -> Searcher:
@@ -101,15 +129,4 @@ def get_searcher(name: str, sharding_types: Iterable[str] | None = None) -> Sear
         cls = SEARCHERS[name]
     except KeyError:
         raise InputError("searcher", f"unknown searcher {name!r}", f"use one of {sorted(SEARCHERS)}") from None
-    if sharding_types is None:
-        return cls()
-    allowed = frozenset(sharding_types)
-    unknown = sorted(allowed - set(SHARDING_TYPES))
-    if unknown or "table_wise" not in allowed:
-        raise InputError("sharding_types", f"{sorted(allowed)} is not a usable restriction"
-                         + (f" ({unknown} unknown)" if unknown else " (table_wise is required)"),
-                         f"choose from {list(SHARDING_TYPES)}, including table_wise")
-    if not cls.honours_sharding_types:
-        raise InputError("sharding_types", f"searcher {name!r} cannot restrict sharding types",
-                         f"use one of {constrained_searchers()}")
-    return cls(sharding_types=allowed)
+    return cls(sharding_types=sharding_types)

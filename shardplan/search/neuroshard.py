@@ -24,7 +24,7 @@ plans are polished and the one predicted fastest wins.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterable
 
 from ..cost.estimator import PlanEstimator
 from ..domain import Plan, Shard, Table, TableSharding, Task, Topology
@@ -80,7 +80,7 @@ def _fitting_blocks(task: Task, table: Table, free: float) -> int | None:
     return None
 
 
-def _initial_state(task: Task, allowed: frozenset[str] | None = None) -> State:
+def _initial_state(task: Task) -> State:
     """Whole tables, except those too big for one rank: in column blocks where a few fit, else row-wise.
 
     Largest first, each judged against what the row-wise tables before it
@@ -95,7 +95,7 @@ def _initial_state(task: Task, allowed: frozenset[str] | None = None) -> State:
     kinds: dict[str, tuple[str, int]] = {}
     index = {t.name: i for i, t in enumerate(task.tables)}
     for t in sorted(task.tables, key=lambda t: (-t.num_embeddings * t.embedding_dim, t.name)):
-        ok = _allowed_for(t, allowed)
+        ok = t.allows
         whole = shard_bytes(task, t, "table_wise", Shard(0, 0, t.num_embeddings, 0, t.embedding_dim))
         if whole <= cap - taken and (ok("table_wise") or ok("column_wise")):
             # one block where the task allows column blocks but not the whole table (the moves split it)
@@ -130,11 +130,6 @@ def _initial_state(task: Task, allowed: frozenset[str] | None = None) -> State:
                 "raise topology.memory_per_rank_gb or add ranks")
         taken += slice_bytes
     return tuple(kinds[t.name] for t in task.tables)
-
-
-def _allowed_for(table: Table, allowed: frozenset[str] | None) -> Callable[[str], bool]:
-    """Whether ``table`` may be sharded a way: by the searcher's restriction and the task's own for it."""
-    return lambda kind: (allowed is None or kind in allowed) and table.allows(kind)
 
 
 def _room_variants(task: Task, state: State) -> list[State]:
@@ -200,19 +195,26 @@ def hot_split_state(task: Task, state: State, placer: Placer, hot_share: float =
     return tuple(out)
 
 
+def _spreads(t: Table, topo: Topology) -> list[tuple[str, int]]:
+    """The states of ``t`` spread over ranks that the task allows."""
+    out = [("rw", 0)] if t.allows("row_wise") else []
+    if t.allows("table_row_wise"):
+        out += [("twrw", h) for h in range(topo.num_hosts)]
+    return out + ([("dp", 0)] if t.allows("data_parallel") else [])
+
+
 @register
 class NeuroShardTableWise(Searcher):
     name = "neuroshard-tw"
     description = "NeuroShard table-wise greedy grid search over the learned cost model"
-    honours_sharding_types = True
-
-    def __init__(self, sharding_types: frozenset[str] | None = None, pairwise_polish: bool = True) -> None:
-        self.sharding_types, self.pairwise_polish = sharding_types, pairwise_polish
+    def __init__(self, sharding_types: Iterable[str] | None = None, pairwise_polish: bool = True) -> None:
+        super().__init__(sharding_types)
+        self.pairwise_polish = pairwise_polish
 
     def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]:
         _require_incremental(estimator)
         placer = Placer(task, estimator)
-        units, fixed = _materialise(task, _initial_state(task, self.sharding_types))
+        units, fixed = _materialise(task, _initial_state(task))
         best = placer.best_over_grid(units, fixed)
         if best is None:
             raise InfeasibleError("task", "no table-wise placement fits every rank's memory, even with "
@@ -228,21 +230,17 @@ class NeuroShardBeam(Searcher):
     description = ("NeuroShard beam search over column splits, row-wise and data-parallel choices, "
                    "each scored by the table-wise greedy grid")
 
-    honours_sharding_types = True
-
     def __init__(self, beam_width: int = 3, steps: int = 4, candidates: int = 6, max_work: float = 5e6,
                  grid: tuple[float, ...] = GRID, on_step: Callable[[int, float], None] | None = None,
-                 sharding_types: frozenset[str] | None = None, pairwise_polish: bool = True) -> None:
+                 sharding_types: Iterable[str] | None = None, pairwise_polish: bool = True) -> None:
         """``max_work`` bounds the search in placement evaluations (units x ranks x grid points per
         scored state), not seconds, so that a plan does not depend on how busy the machine is.
         ``on_step(step, best_predicted_ms)`` is called after each beam step (Optuna prunes there).
         ``pairwise_polish=False`` returns the best state's grid plan as it is (for ablations)."""
+        super().__init__(sharding_types)
         self.beam_width, self.steps, self.candidates = beam_width, steps, candidates
         self.max_work, self.grid, self.on_step = max_work, grid, on_step
-        self.sharding_types, self.pairwise_polish = sharding_types, pairwise_polish
-
-    def _allows(self, kind: str, table: Table) -> bool:
-        return _allowed_for(table, self.sharding_types)(kind)
+        self.pairwise_polish = pairwise_polish
 
     def _moves(self, task: Task, state: State, placer: Placer) -> list[State]:
         """Neighbouring states: split a costly table further, make it row-wise, or replicate a small one."""
@@ -257,39 +255,25 @@ class NeuroShardBeam(Searcher):
             t = tables[i]
             if kind in ("tw", "cw"):
                 for nk in (2 * k, 4 * k):
-                    if nk <= max_blocks(t) and nk <= 2 * topo.world_size and self._allows("column_wise", t):
+                    if nk <= max_blocks(t) and nk <= 2 * topo.world_size and t.allows("column_wise"):
                         out.append(state[:i] + (("cw", nk),) + state[i + 1:])
                 if topo.world_size > 1:
-                    if self._allows("row_wise", t):
-                        out += self._placeable(task, state[:i] + (("rw", 0),) + state[i + 1:])
-                    if topo.num_hosts > 1 and self._allows("table_row_wise", t):
-                        out += self._placeable(task, state[:i] + (("twrw", i % topo.num_hosts),) + state[i + 1:])
+                    if t.allows("row_wise"):
+                        out += _room_variants(task, state[:i] + (("rw", 0),) + state[i + 1:])
+                    if topo.num_hosts > 1 and t.allows("table_row_wise"):
+                        out += _room_variants(task, state[:i] + (("twrw", i % topo.num_hosts),) + state[i + 1:])
         for i, t in enumerate(tables):  # a table the task keeps spread: the other spreads it allows
             if state[i][0] not in ("tw", "cw") and not goes_whole(t):
-                for alt in self._spreads(t, topo):
+                for alt in _spreads(t, topo):
                     if alt != state[i]:
-                        out += self._placeable(task, state[:i] + (alt,) + state[i + 1:])
+                        out += _room_variants(task, state[:i] + (alt,) + state[i + 1:])
         # Replicating a table costs its gradient all-reduce; only small tables can win.
         small = sorted((i for i, t in enumerate(tables) if state[i] == ("tw", 1)),
                        key=lambda i: tables[i].num_embeddings * tables[i].embedding_dim)[:2]
         for i in small:
-            if self._allows("data_parallel", tables[i]):
-                out += self._placeable(task, state[:i] + (("dp", 0),) + state[i + 1:])
+            if tables[i].allows("data_parallel"):
+                out += _room_variants(task, state[:i] + (("dp", 0),) + state[i + 1:])
         return out
-
-    def _spreads(self, t: Table, topo: Topology) -> list[tuple[str, int]]:
-        """The states of ``t`` spread over ranks that this search and the task allow."""
-        out = [("rw", 0)] if self._allows("row_wise", t) else []
-        if self._allows("table_row_wise", t):
-            out += [("twrw", h) for h in range(topo.num_hosts)]
-        return out + ([("dp", 0)] if self._allows("data_parallel", t) else [])
-
-    def _placeable(self, task: Task, state: State) -> list[State]:
-        """``state``, or where its pieces on every rank crowd a table out, the variants that cut that
-        table into column blocks (:func:`_room_variants`), if column-wise sharding is allowed."""
-        if self.sharding_types is not None and "column_wise" not in self.sharding_types:
-            return [state]
-        return _room_variants(task, state)
 
     def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]:
         return self.shortlist(task, estimator, seed)[0]
@@ -309,7 +293,7 @@ class NeuroShardBeam(Searcher):
                 scored[state] = placer.best_over_grid(units, fixed, self.grid)
             return scored[state]
 
-        start = _initial_state(task, self.sharding_types)
+        start = _initial_state(task)
         if score(start) is None:
             raise InfeasibleError("task", "no placement fits every rank's memory, even with oversized tables "
                                   "split row-wise", "raise topology.memory_per_rank_gb or add ranks")

@@ -111,9 +111,10 @@ class MemoryLedger:
         size = f"needs {table_bytes(self.task, table) / GB:.3f} GB"
         if not tried:
             raise InfeasibleError(
-                f"tables.{table.name}.sharding_types", f"{size}, fits no rank's remaining memory whole, and the "
-                f"task allows it no split ({list(table.sharding_types or ())})",
-                "allow row_wise for it, or raise topology.memory_per_rank_gb")
+                f"tables.{table.name}.sharding_types", f"{size}, fits no rank's remaining memory whole, and no "
+                f"split of it is allowed ({list(table.sharding_types or ())})",
+                "allow row_wise for it (the task's sharding_types, or the plan's), or raise "
+                "topology.memory_per_rank_gb")
         raise InfeasibleError(
             f"tables.{table.name}", f"{size} and fits no rank's remaining memory whole, nor spread "
             f"{', '.join(tried)}", "raise topology.memory_per_rank_gb or add ranks")

@@ -24,7 +24,7 @@ import datetime as _dt
 import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 import torch
@@ -127,9 +127,11 @@ class RLSearcher(Searcher):
     description = ("placement policy trained by REINFORCE against the learned cost model (DreamShard-style); "
                    "greedy decoding plus sampled plans, best by predicted cost, locally polished")
 
-    def __init__(self, samples: int = 8, policy_path: str | Path | None = None, pairwise_polish: bool = True) -> None:
+    def __init__(self, samples: int = 8, policy_path: str | Path | None = None, pairwise_polish: bool = True,
+                 sharding_types: Iterable[str] | None = None) -> None:
         if samples < 0:
             raise InputError("samples", f"must be >= 0, got {samples}")
+        super().__init__(sharding_types)
         self.samples, self.policy_path, self.pairwise_polish = samples, policy_path, pairwise_polish
 
     def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]:

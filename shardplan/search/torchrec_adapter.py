@@ -12,8 +12,6 @@
 """
 from __future__ import annotations
 
-from typing import Iterable
-
 from ..cost.estimator import PlanEstimator
 from ..cost.kernel import OPTIMIZER_NAMES
 from ..domain import SHARDING_TYPES, Plan, Shard, Table, TableSharding, Task
@@ -159,26 +157,22 @@ def to_torchrec_plan(plan: Plan, module_path: str = ""):
 class TorchRecSearcher(Searcher):
     name = "torchrec"
     description = "TorchRec's EmbeddingShardingPlanner (its own estimators), converted"
-    honours_sharding_types = True
-
-    def __init__(self, sharding_types: frozenset[str] | None = None) -> None:
-        self.sharding_types = sharding_types
 
     def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]:
-        return torchrec_shardings(task, self.sharding_types)
+        return torchrec_shardings(task)
 
 
-def torchrec_shardings(task: Task, sharding_types: Iterable[str] | None = None) -> list[TableSharding]:
-    """TorchRec's planner on ``task``; ``sharding_types`` (ours) limits what it may propose."""
+def torchrec_shardings(task: Task) -> list[TableSharding]:
+    """TorchRec's planner on ``task``, given each table's allowed sharding types as its constraints."""
     from torchrec.distributed.planner import EmbeddingShardingPlanner
     from torchrec.distributed.planner.types import ParameterConstraints, PlannerError
 
     def theirs(t: Table) -> list[str] | None:
-        """The table's allowed types (the searcher's and the task's own), in TorchRec's names: our column_wise
-        is both of TorchRec's column-wise kinds."""
-        if sharding_types is None and t.sharding_types is None:
+        """The table's allowed types in TorchRec's names: our column_wise is both of TorchRec's column-wise
+        kinds."""
+        if t.sharding_types is None:
             return None
-        ours = [k for k in SHARDING_TYPES if (sharding_types is None or k in sharding_types) and t.allows(k)]
+        ours = [k for k in SHARDING_TYPES if t.allows(k)]
         return sorted({n for k in ours for n in _TO_TORCHREC.get(k, (k,))})
 
     constraints = {t.name: ParameterConstraints(pooling_factors=[max(t.pooling_factor, 1e-3)],

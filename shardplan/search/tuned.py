@@ -8,6 +8,7 @@ pruner stops unpromising ones early. The objective is the predicted plan cost.
 """
 from __future__ import annotations
 
+from typing import Iterable
 
 import numpy as np
 
@@ -22,7 +23,9 @@ class NeuroShardOptuna(Searcher):
     name = "neuroshard-optuna"
     description = "the NeuroShard beam search with its knobs tuned per task by Optuna (TPE, pruned)"
 
-    def __init__(self, time_budget_s: float = 30.0, n_trials: int = 40) -> None:
+    def __init__(self, time_budget_s: float = 30.0, n_trials: int = 40, sharding_types: Iterable[str] | None = None
+                 ) -> None:
+        super().__init__(sharding_types)  # the beam sees the task with it folded in
         self.time_budget_s, self.n_trials = time_budget_s, n_trials
 
     def search(self, task: Task, estimator: PlanEstimator, seed: int) -> list[TableSharding]:
