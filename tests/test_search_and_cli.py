@@ -803,6 +803,21 @@ def test_a_tasks_per_table_sharding_types_are_honoured_by_every_searcher():
         shardplan.load_task({**base, "tables": [{**base["tables"][0], "sharding_types": ["diagonal"]}]})
 
 
+def test_the_beam_counts_a_table_kept_row_wise_before_judging_the_others():
+    """cpu-bench-24's largest table (0.482 GB of a rank's 0.487) fits a rank whole only until the
+    next largest, kept row-wise by the task, puts a slice on every rank; the beam's start must see the
+    slices first and cut the largest into column blocks (it declared the task infeasible)."""
+    import shardplan
+    from shardplan.formats import task_to_dict
+
+    base = task_to_dict(shardplan.load_task("data/tasks/cpu-bench/cpu-bench-24.json"))
+    task = shardplan.load_task(_constrained(base, {"t37_meta779": ["row_wise"]}))
+    for searcher in ("neuroshard", "neuroshard-tw"):
+        plan = shardplan.plan(task, searcher=searcher)
+        assert plan.sharding("t37_meta779").sharding_type == "row_wise", searcher
+        assert plan.sharding("t06_meta139").sharding_type == "column_wise", searcher
+
+
 def test_a_searchers_plan_that_breaks_a_tables_sharding_types_is_refused_by_name(estimator):
     """The guard every plan passes: a searcher that ignored the task's constraint is named with the table."""
     from shardplan.search.base import Searcher

@@ -86,15 +86,16 @@ def _initial_state(task: Task) -> State:
     Largest first, each judged against what the row-wise tables before it
     leave free on every rank (their slices take memory on all ranks; a
     table-row-wise one's are counted so too, to be safe). A table the task
-    allows neither whole nor in column blocks is replicated where it asks for
-    that, else sliced row-wise, else table-row-wise.
+    allows neither whole nor in column blocks goes before all others, sliced
+    row-wise, else table-row-wise, else replicated.
     """
     cap = capacity_bytes(task)
     ranks = list(range(task.topology.world_size))
     taken = 0.0  # per-rank bytes of the row-wise slices so far (the largest slice, to be safe)
     kinds: dict[str, tuple[str, int]] = {}
     index = {t.name: i for i, t in enumerate(task.tables)}
-    for t in sorted(task.tables, key=lambda t: (-t.num_embeddings * t.embedding_dim, t.name)):
+    # Tables the task keeps spread come first: their slices are on the ranks whatever else happens.
+    for t in sorted(task.tables, key=lambda t: (goes_whole(t), -t.num_embeddings * t.embedding_dim, t.name)):
         ok = t.allows
         whole = shard_bytes(task, t, "table_wise", Shard(0, 0, t.num_embeddings, 0, t.embedding_dim))
         if whole <= cap - taken and (ok("table_wise") or ok("column_wise")):
