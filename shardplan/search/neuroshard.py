@@ -208,6 +208,7 @@ def _spreads(t: Table, topo: Topology) -> list[tuple[str, int]]:
 class NeuroShardTableWise(Searcher):
     name = "neuroshard-tw"
     description = "NeuroShard table-wise greedy grid search over the learned cost model"
+
     def __init__(self, sharding_types: Iterable[str] | None = None, pairwise_polish: bool = True) -> None:
         super().__init__(sharding_types)
         self.pairwise_polish = pairwise_polish
