@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from tqdm import tqdm
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import machine_stamp
@@ -72,7 +73,7 @@ def main() -> None:
         ".csv").exists() else []
     done = {(r["recipe"], r["task"], r["searcher"]) for r in rows}
     for recipe in RECIPES:
-        for path in paths:
+        for path in tqdm(paths, desc=f"plan {recipe}"):
             as_dict = constrained(path, recipe)
             task = load_task(as_dict)
             if args.write_suite:
