@@ -83,6 +83,10 @@ class Task:
         """The table called ``name`` (KeyError if none); searchers call this in their inner loops."""
         return self._by_name[name]
 
+    def table_field(self, name: str) -> str:
+        """Where the table called ``name`` is in the task file, as errors name fields: ``tables[3]``."""
+        return f"tables[{[t.name for t in self.tables].index(name)}]"
+
 
 @dataclass(frozen=True)
 class Shard:

@@ -119,7 +119,11 @@ def test_bad_requests_get_4xx_naming_the_field(server: str, task_dict: dict, pla
     assert item["loc"] == ["query", "profile"] and "cpu-2c" in item["msg"]
     huge = copy.deepcopy(task_dict)
     huge["tables"][0]["num_embeddings"] = 10**9  # 64 GB at dim 16, over 2 ranks of 10 MB
-    assert _error(httpx.post(server + "/v1/plans", json=huge, timeout=60), 422)["type"] == "infeasible"
+    item = _error(httpx.post(server + "/v1/plans", json=huge, timeout=60), 422)
+    assert item["type"] == "infeasible" and item["loc"] == ["body", "tables", 0]  # a path into the body
+    for searcher in ("greedy-size", "neuroshard"):  # the baselines' and the beam's refusals alike
+        item = _error(httpx.post(server + "/v1/plans", params={"searcher": searcher}, json=huge, timeout=60), 422)
+        assert item["loc"][:3] == ["body", "tables", 0] and repr(task_dict["tables"][0]["name"]) in item["msg"]
     wide = copy.deepcopy(task_dict)
     wide["tables"] = [dict(task_dict["tables"][0], name=f"t{i}") for i in range(MAX_TABLES + 1)]
     item = _error(httpx.post(server + "/v1/plans", json=wide), 422)

@@ -78,7 +78,7 @@ def test_restricting_sharding_types(task) -> None:
     # gloo has no row-wise, and the table is too big for one rank: each searcher says so
     with pytest.raises(InputError, match="neither row_wise nor table_row_wise is allowed"):
         shardplan.plan(tight, sharding_types=GLOO_TYPES)
-    with pytest.raises(InputError, match=r"^tables\.user: .*whole, nor spread data_parallel"):
+    with pytest.raises(InputError, match=r"^tables\[0\]: 'user' needs .*whole, nor spread data_parallel"):
         shardplan.plan(tight, searcher="greedy-size", sharding_types=GLOO_TYPES)
     from shardplan.search import SEARCHERS
 

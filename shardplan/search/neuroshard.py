@@ -120,14 +120,14 @@ def _initial_state(task: Task) -> State:
             over = [r for r in ranks if task.topology.host_of(r) == host]
         else:
             raise InfeasibleError(
-                f"tables.{t.name}", f"needs {whole / GB:.3f} GB, more than one rank has free, and "
+                task.table_field(t.name), f"{t.name!r} needs {whole / GB:.3f} GB, more than one rank has free, and "
                 "neither row_wise nor table_row_wise is allowed",
                 "allow row_wise, or raise topology.memory_per_rank_gb")
         slice_bytes = max(shard_bytes(task, t, kind, s) for s in row_wise_shards(t, over))
         if slice_bytes > cap - taken:
             raise InfeasibleError(
-                f"tables.{t.name}", f"needs {whole / GB:.3f} GB and does not fit even split {kind} over "
-                f"{len(over)} ranks beside the larger tables",
+                task.table_field(t.name), f"{t.name!r} needs {whole / GB:.3f} GB and does not fit even split "
+                f"{kind} over {len(over)} ranks beside the larger tables",
                 "raise topology.memory_per_rank_gb or add ranks")
         taken += slice_bytes
     return tuple(kinds[t.name] for t in task.tables)

@@ -108,15 +108,16 @@ class MemoryLedger:
                     self.used[s.rank] += b
                 return ts
             tried.append(kind)
-        size = f"needs {table_bytes(self.task, table) / GB:.3f} GB"
+        size = f"{table.name!r} needs {table_bytes(self.task, table) / GB:.3f} GB"
+        field = self.task.table_field(table.name)
         if not tried:
             raise InfeasibleError(
-                f"tables.{table.name}.sharding_types", f"{size}, fits no rank's remaining memory whole, and no "
+                f"{field}.sharding_types", f"{size}, fits no rank's remaining memory whole, and no "
                 f"split of it is allowed ({list(table.sharding_types or ())})",
                 "allow row_wise for it (the task's sharding_types, or the plan's), or raise "
                 "topology.memory_per_rank_gb")
         raise InfeasibleError(
-            f"tables.{table.name}", f"{size} and fits no rank's remaining memory whole, nor spread "
+            field, f"{size} and fits no rank's remaining memory whole, nor spread "
             f"{', '.join(tried)}", "raise topology.memory_per_rank_gb or add ranks")
 
     def place_fixed(self, tables: list[Table]) -> list[TableSharding]:
