@@ -82,6 +82,10 @@ def test_restricting_sharding_types(task) -> None:
         shardplan.plan(tight, searcher="greedy-size", sharding_types=GLOO_TYPES)
     from shardplan.search import SEARCHERS
 
+    pinned = shardplan.load_task({**shardplan.formats.task_to_dict(task), "tables": [
+        {**t, "sharding_types": ["row_wise"]} if t["name"] == "user" else t for t in TABLES]})
+    with pytest.raises(InputError, match=r"^tables\[0\]\.sharding_types: 'user' may only be \['row_wise'\]"):
+        shardplan.plan(pinned, searcher="greedy-size", sharding_types=GLOO_TYPES)
     for searcher in sorted(set(SEARCHERS) - {"neuroshard-optuna"}):  # the tuned beam is the beam's
         plan = shardplan.plan(task, searcher=searcher, sharding_types=GLOO_TYPES)
         assert {t.sharding_type for t in plan.tables} <= set(GLOO_TYPES), searcher

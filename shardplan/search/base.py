@@ -26,9 +26,15 @@ def restricted(task: Task, sharding_types: frozenset[str] | None) -> Task:
     """
     if sharding_types is None:
         return task
-    return replace(task, tables=tuple(
-        replace(t, sharding_types=tuple(k for k in (t.sharding_types or SHARDING_TYPES) if k in sharding_types))
-        for t in task.tables))
+    tables = []
+    for i, t in enumerate(task.tables):
+        both = tuple(k for k in (t.sharding_types or SHARDING_TYPES) if k in sharding_types)
+        if not both:  # the two constraints leave the table no way to be placed
+            raise InputError(f"tables[{i}].sharding_types", f"{t.name!r} may only be {list(t.sharding_types or ())}, "
+                             f"none of which the plan's sharding_types {sorted(sharding_types)} allow",
+                             "widen one of the two")
+        tables.append(replace(t, sharding_types=both))
+    return replace(task, tables=tuple(tables))
 
 
 class Searcher(ABC):
