@@ -99,6 +99,13 @@ def test_plan_restricted_to_the_types_gloo_runs(server: str, task_dict: dict) ->
     assert r.status_code == 200, r.text  # every searcher takes the restriction
     r = httpx.post(server + "/v1/plans", params={"searcher": "random", "sharding_types": types[1:]}, json=task_dict)
     assert _error(r, 422)["loc"] == ["query", "sharding_types"]  # no table_wise: not a usable restriction
+    pinned = dict(task_dict, tables=[dict(task_dict["tables"][0], sharding_types=["data_parallel"]),
+                                     *task_dict["tables"][1:]])  # a trainer's per-table constraint, in the body
+    for searcher in ("neuroshard", "greedy-size"):
+        r = httpx.post(server + "/v1/plans", params={"searcher": searcher}, json=pinned, timeout=60)
+        assert r.status_code == 200, r.text
+        assert r.json()["tables"][0]["sharding_type"] == "data_parallel", searcher
+        assert r.json()["task"]["tables"][0]["sharding_types"] == ["data_parallel"]  # the plan's task keeps it
 
 
 def _error(r: httpx.Response, status: int) -> dict:
