@@ -33,6 +33,7 @@ from shardplan.cost.profiles import machine_stamp
 from shardplan.errors import InputError, exit_status
 from shardplan.formats import load_task, save_task, task_to_dict, write_text_atomic
 from shardplan.memory import table_bytes
+from shardplan.search import get_searcher
 
 RECIPES = {"pinned": ("data_parallel", "column_wise", "row_wise"),
            "gloo": ("data_parallel", "column_wise", "column_wise")}
@@ -65,8 +66,6 @@ def main() -> None:
     paths = sorted(Path(args.suite).glob("*.json"))
     if not paths:
         raise InputError("suite", f"{args.suite} holds no task files", "pass a folder of shardplan/task@1 files")
-    from shardplan.search import get_searcher
-
     suite = Path(args.suite).name
     stem = Path(args.out) / f"constrained-plans-{suite}-{args.profile}"
     rows = pd.read_csv(stem.with_suffix(".csv")).to_dict("records") if args.resume and stem.with_suffix(

@@ -58,6 +58,10 @@ class Topology:
     def host_of(self, rank: int) -> int:
         return rank // self.local_world_size
 
+    def host_ranks(self, host: int) -> list[int]:
+        """The ranks of ``host``, in order."""
+        return list(range(host * self.local_world_size, (host + 1) * self.local_world_size))
+
 
 @dataclass(frozen=True)
 class Task:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any, Iterable
 
-from .cost.estimator import PlanEstimator, load_estimator
+from .cost.estimator import PRICED_KERNELS, PlanEstimator, load_estimator
 from .cost.profiles import DEFAULT_PROFILE, get_profile, profile_for
 from .domain import Plan, Table, Task
 from .errors import InputError
@@ -106,9 +106,9 @@ def _from_constraint(name: str, c: Any) -> dict[str, Any]:
     from .search.torchrec_adapter import type_from_torchrec
 
     kernels = list(getattr(c, "compute_kernels", None) or [])
-    if kernels and "fused" not in kernels:
+    if kernels and not set(kernels) & set(PRICED_KERNELS):
         raise InputError(f"constraints[{name!r}].compute_kernels", f"allows only {kernels}, which shardplan's "
-                         "cost data never timed", "allow 'fused' (the weights in device memory)")
+                         "cost data never timed", f"allow {PRICED_KERNELS[0]!r} (the weights in device memory)")
     out: dict[str, Any] = {}
     factors = list(getattr(c, "pooling_factors", None) or [])
     if factors:

@@ -820,14 +820,15 @@ def test_the_beam_counts_a_table_kept_row_wise_before_judging_the_others():
 
 def test_a_searchers_plan_that_breaks_a_tables_sharding_types_is_refused_by_name(estimator):
     """The guard every plan passes: a searcher that ignored the task's constraint is named with the table."""
+    from shardplan.domain import Shard, TableSharding
     from shardplan.search.base import Searcher
-    from shardplan.search.placement import table_wise
 
     class Careless(Searcher):
         name = "careless"
 
         def search(self, task, estimator, seed):
-            return [table_wise(t, i % task.topology.world_size) for i, t in enumerate(task.tables)]
+            return [TableSharding(t.name, "table_wise", (Shard(i % task.topology.world_size, 0, t.num_embeddings, 0,
+                                                               t.embedding_dim),)) for i, t in enumerate(task.tables)]
 
     base = json.loads(open("data/tasks/cpu-bench/cpu-bench-00.json").read())
     task = load_task(_constrained(base, {base["tables"][0]["name"]: ["data_parallel"]}))

@@ -29,9 +29,9 @@ from typing import Callable, Iterable
 from ..cost.estimator import PlanEstimator
 from ..domain import Plan, Shard, Table, TableSharding, Task, Topology
 from ..errors import InfeasibleError
-from ..memory import GB, capacity_bytes, rank_memory_gb, shard_bytes
+from ..memory import GB, capacity_bytes, rank_memory_gb, shard_bytes, table_bytes
 from .base import Searcher, register
-from .placement import goes_whole, row_wise_shards
+from .placement import goes_whole, replicas, row_wise_shards
 from .placer import GRID, Placer, Unit, column_blocks, max_blocks
 from .polish import polish, polished_candidates
 
@@ -55,11 +55,9 @@ def _materialise(task: Task, state: State) -> tuple[list[Unit], list[TableShardi
         elif kind == "rw":
             fixed.append(TableSharding(t.name, "row_wise", row_wise_shards(t, list(range(topo.world_size)))))
         elif kind == "twrw":
-            ranks = list(range(k * topo.local_world_size, (k + 1) * topo.local_world_size))
-            fixed.append(TableSharding(t.name, "table_row_wise", row_wise_shards(t, ranks)))
+            fixed.append(TableSharding(t.name, "table_row_wise", row_wise_shards(t, topo.host_ranks(k))))
         else:  # dp
-            fixed.append(TableSharding(t.name, "data_parallel", tuple(
-                Shard(r, 0, t.num_embeddings, 0, t.embedding_dim) for r in range(topo.world_size))))
+            fixed.append(replicas(t, topo.world_size))
     return units, fixed
 
 
@@ -97,7 +95,7 @@ def _initial_state(task: Task) -> State:
     # Tables the task keeps spread come first: their slices are on the ranks whatever else happens.
     for t in sorted(task.tables, key=lambda t: (goes_whole(t), -t.num_embeddings * t.embedding_dim, t.name)):
         ok = t.allows
-        whole = shard_bytes(task, t, "table_wise", Shard(0, 0, t.num_embeddings, 0, t.embedding_dim))
+        whole = table_bytes(task, t)
         if whole <= cap - taken and (ok("table_wise") or ok("column_wise")):
             # one block where the task allows column blocks but not the whole table (the moves split it)
             kinds[t.name] = ("tw", 1) if ok("table_wise") else ("cw", 1)
@@ -117,7 +115,7 @@ def _initial_state(task: Task) -> State:
         elif ok("table_row_wise"):  # slices over one host's ranks, the host the beam's moves would pick
             host = index[t.name] % task.topology.num_hosts
             kinds[t.name], kind = ("twrw", host), "table_row_wise"
-            over = [r for r in ranks if task.topology.host_of(r) == host]
+            over = task.topology.host_ranks(host)
         else:
             raise InfeasibleError(
                 task.table_field(t.name), f"{t.name!r} needs {whole / GB:.3f} GB, more than one rank has free, and "

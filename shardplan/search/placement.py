@@ -19,9 +19,18 @@ def row_wise_shards(table: Table, ranks: list[int]) -> tuple[Shard, ...]:
     return tuple(shards)
 
 
-def table_wise(table: Table, rank: int) -> TableSharding:
-    return TableSharding(table.name, "table_wise",
-                         (Shard(rank, 0, table.num_embeddings, 0, table.embedding_dim),))
+def column_sharding(table: Table, shards: list[Shard]) -> TableSharding:
+    """``table`` as the full-height blocks ``shards``, in column order: table-wise where one block holds all
+    its columns and the task allows that, else column-wise (one block included, where the task asks)."""
+    whole = len(shards) == 1 and shards[0].num_cols == table.embedding_dim and table.allows("table_wise")
+    return TableSharding(table.name, "table_wise" if whole else "column_wise",
+                         tuple(sorted(shards, key=lambda s: s.col_offset)))
+
+
+def replicas(table: Table, world_size: int) -> TableSharding:
+    """``table`` data-parallel: a full copy on every rank."""
+    return TableSharding(table.name, "data_parallel", tuple(
+        Shard(r, 0, table.num_embeddings, 0, table.embedding_dim) for r in range(world_size)))
 
 
 def goes_whole(table: Table) -> bool:
@@ -32,9 +41,7 @@ def goes_whole(table: Table) -> bool:
 def whole_on(table: Table, rank: int) -> TableSharding:
     """``table`` whole on ``rank``: table-wise, or one column block where the task allows column_wise but
     not table_wise (the same shard and memory; the type is the task's word)."""
-    if table.allows("table_wise"):
-        return table_wise(table, rank)
-    return TableSharding(table.name, "column_wise", (Shard(rank, 0, table.num_embeddings, 0, table.embedding_dim),))
+    return column_sharding(table, [Shard(rank, 0, table.num_embeddings, 0, table.embedding_dim)])
 
 
 # The order in which a table that no rank takes whole is spread: row slices over every rank (TorchRec's
@@ -67,8 +74,7 @@ def merge_colocated_blocks(task: Task, tables: list[TableSharding]) -> list[Tabl
         for rank, cols in width.items():
             shards.append(Shard(rank, 0, table.num_embeddings, offset, cols))
             offset += cols
-        whole = len(shards) == 1 and table.allows("table_wise")  # else one block, column-wise as the task asks
-        out.append(TableSharding(ts.name, "table_wise" if whole else "column_wise", tuple(shards)))
+        out.append(column_sharding(table, shards))
     return out
 
 
@@ -128,14 +134,9 @@ class MemoryLedger:
     def _spread(self, table: Table, kind: str) -> TableSharding:
         topo = self.task.topology
         if kind == "data_parallel":
-            return TableSharding(table.name, kind, tuple(Shard(r, 0, table.num_embeddings, 0, table.embedding_dim)
-                                                         for r in range(topo.world_size)))
+            return replicas(table, topo.world_size)
         ranks = list(range(topo.world_size))
         if kind == "table_row_wise":  # on one host, the same slices as row-wise
-            host = min(range(topo.num_hosts), key=lambda h: (max(self.used[r] for r in self._host(h)), h))
-            ranks = self._host(host)
+            host = min(range(topo.num_hosts), key=lambda h: (max(self.used[r] for r in topo.host_ranks(h)), h))
+            ranks = topo.host_ranks(host)
         return TableSharding(table.name, kind, row_wise_shards(table, ranks))
-
-    def _host(self, host: int) -> list[int]:
-        n = self.task.topology.local_world_size
-        return list(range(host * n, (host + 1) * n))

@@ -15,6 +15,7 @@ from ..cost.estimator import PlanEstimator
 from ..cost.specs import ShardSpec, shard_spec
 from ..domain import Plan, Shard, Table, TableSharding, Task
 from ..memory import capacity_bytes, shard_batch, shard_bytes
+from .placement import column_sharding
 
 GRID = (1.0, 1.1, 1.25, 1.5, 2.0, float("inf"))
 
@@ -167,13 +168,7 @@ class Placer:
         for u, r in zip(units, where):
             shard = Shard(int(r), 0, u.table.num_embeddings, u.col_offset, u.num_cols)
             placed.setdefault(u.table.name, []).append(shard)
-        out = list(fixed)
-        for name, shs in placed.items():
-            table = self.task.table(name)
-            whole = len(shs) == 1 and shs[0].num_cols == table.embedding_dim and table.allows("table_wise")
-            out.append(TableSharding(name, "table_wise" if whole else "column_wise",
-                                     tuple(sorted(shs, key=lambda s: s.col_offset))))
-        return out
+        return list(fixed) + [column_sharding(self.task.table(name), shs) for name, shs in placed.items()]
 
     def move_costs(self, sums: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], codes: np.ndarray,
                    times: np.ndarray, src: int, dsts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

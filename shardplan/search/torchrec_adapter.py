@@ -17,6 +17,7 @@ from ..cost.kernel import OPTIMIZER_NAMES
 from ..domain import SHARDING_TYPES, Plan, Shard, Table, TableSharding, Task
 from ..errors import InfeasibleError, InputError
 from .base import Searcher, register
+from .placement import replicas
 
 _FROM_TORCHREC = {"table_column_wise": "column_wise"}
 _TO_TORCHREC = {"column_wise": ("column_wise", "table_column_wise")}
@@ -79,8 +80,7 @@ def from_torchrec_plan(task: Task, module_plan) -> list[TableSharding]:
         ps = module_plan[t.name]
         st = type_from_torchrec(ps.sharding_type, f"{t.name}.sharding_type")
         if st == "data_parallel":
-            shards = tuple(Shard(r, 0, t.num_embeddings, 0, t.embedding_dim)
-                           for r in range(task.topology.world_size))
+            shards = replicas(t, task.topology.world_size).shards
         else:
             metas = ps.sharding_spec.shards
             devices = sorted({m.placement.device().type for m in metas} - {task.topology.device})
