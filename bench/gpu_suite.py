@@ -36,6 +36,7 @@ from shardplan.formats import load_plan, load_task, save_plan, write_text_atomic
 from shardplan.search import get_searcher
 
 DEFAULT_SEARCHERS = "torchrec,neuroshard,neuroshard-tw,greedy-cost,greedy-lookup,greedy-size"
+GPU_SUITE = "gpu-bench"
 
 
 def _plan_task(path: Path, searchers: list[str], out: Path,
@@ -89,13 +90,15 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def plan_report(df: pd.DataFrame, profile: str, compute_model: str, out: Path) -> str:
+def plan_report(df: pd.DataFrame, profile: str, compute_model: str, out: Path, suite: str = GPU_SUITE) -> str:
     """The plans' predicted costs against TorchRec's plan's: a statement about the cost model's view
-    of the planners, not a measurement (that is the ``run`` stage)."""
-    stem = out / f"gpu-plans-{profile}"
+    of the planners, not a measurement (that is the ``run`` stage). Written to ``gpu-plans-<profile>``,
+    or ``gpu-plans-<suite>-<profile>`` for a suite other than the GPU suite."""
+    stem = out / (f"gpu-plans-{profile}" if suite == GPU_SUITE else f"gpu-plans-{suite}-{profile}")
     df.to_csv(stem.with_suffix(".csv"), index=False)
     ok = df[df.planned.astype(bool)]
-    lines = [f"# Predicted plans of the GPU suite on `{profile}` ({dt.date.today()})", "",
+    title = "the GPU suite" if suite == GPU_SUITE else f"`{suite}`"
+    lines = [f"# Predicted plans of {title} on `{profile}` ({dt.date.today()})", "",
              f"Predicted, not measured: compute by {compute_model}, comm by the profile's comm model. "
              "Plan cost = slowest rank's predicted fwd+bwd compute + comm.", "",
              "| searcher | tasks planned | predicted geomean / TorchRec's | median predicted max/mean | "
@@ -290,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
         est = load_estimator(args.profile, args.model, args.host_reference_ms)
         df = plan_suite(est, Path(args.suite), args.searchers.split(","), Path(args.plans), args.jobs, args.model,
                         args.host_reference_ms)
-        print(plan_report(df, args.profile, est.compute_name, out))
+        print(plan_report(df, args.profile, est.compute_name, out, Path(args.suite).name))
         print(f"plans in {args.plans}")
     elif args.stage == "rounds":
         if not args.runs:

@@ -244,12 +244,16 @@ def _cmd_make_tasks(args: argparse.Namespace) -> int:
     world_sizes = _int_list("--world-sizes", args.world_sizes)
     if min(world_sizes) < 1:
         raise InputError("--world-sizes", f"must be ranks per task, at least 1, got {args.world_sizes!r}", "e.g. 2,4,8")
+    if args.ranks_per_host and any(w % args.ranks_per_host for w in world_sizes):
+        raise InputError("--world-sizes", f"{args.world_sizes!r} are not all multiples of --ranks-per-host "
+                         f"{args.ranks_per_host}", "give world sizes that whole hosts make up, e.g. 16,32 with 8")
     for i in range(args.count):
         rng = np.random.default_rng([args.seed, i])
         oversize = args.oversize_every > 0 and i % args.oversize_every == args.oversize_every - 1
         name = args.suite if args.count == 1 else f"{args.suite}-{i:02d}"
         task = generate_task(rng, pool, name, profile, num_tables=tables, world_sizes=world_sizes,
-                             oversize=oversize, batch_size_per_rank=args.batch_size_per_rank)
+                             oversize=oversize, batch_size_per_rank=args.batch_size_per_rank,
+                             ranks_per_host=args.ranks_per_host)
         save_task(task, out / f"{task.name}.json")
     print(f"{args.count} tasks in {out}")
     return 0
@@ -814,6 +818,8 @@ def build_parser() -> argparse.ArgumentParser:
     mt.add_argument("--tables", default="10,60", help="MIN,MAX tables per task")
     mt.add_argument("--world-sizes", default="2,4,8", help="ranks a task may have, one drawn per task (default "
                                                           "%(default)s)")
+    mt.add_argument("--ranks-per-host", type=at_least(1),
+                    help="ranks on each host, splitting a task's ranks into hosts (default: one host)")
     mt.add_argument("--oversize-every", type=at_least(0), default=6,
                     help="every N-th task has a table larger than one rank (0: none)")
     mt.add_argument("--batch-size-per-rank", type=at_least(1),

@@ -4,7 +4,7 @@ A task draws 10 to 60 tables from a pool, gives each a dim from
 {4, 8, 16, 32, 64, 128}, picks 2, 4 or 8 ranks, and sets a per-rank memory cap
 tight enough that placement matters: the mean share of the tables' memory
 times a slack in [1.15, 1.6], but never below the largest table (except in
-``oversize`` tasks: 8 ranks, 10 to 24 tables, one of them 1M x 128 and larger
+``oversize`` tasks: 8 ranks (or the sizes over 8 asked for), 10 to 24 tables, one of them 1M x 128 and larger
 than a rank's memory, so that it must be split by rows). For a profile whose cost data covers smaller tables
 (``cpu-2c``: 1M rows), row counts are capped at the profile's ``max_rows``, and
 the batch is chosen so that one rank's measurement takes about a second.
@@ -31,9 +31,14 @@ TASK_RECIPE = 2
 
 def generate_task(rng: np.random.Generator, pool: list[Table], name: str, profile: Profile,
                   num_tables: tuple[int, int] = (10, 60), world_sizes: tuple[int, ...] = (2, 4, 8),
-                  oversize: bool = False, batch_size_per_rank: int | None = None) -> Task:
+                  oversize: bool = False, batch_size_per_rank: int | None = None,
+                  ranks_per_host: int | None = None) -> Task:
+    """One task drawn by ``rng``. ``ranks_per_host`` (default: every rank on one host) splits the ranks
+    into hosts of that many; each of ``world_sizes`` must then be a multiple of it."""
+    if ranks_per_host is not None and any(w % ranks_per_host for w in world_sizes):
+        raise ValueError(f"world sizes {world_sizes} are not all multiples of {ranks_per_host} ranks per host")
     if oversize:  # few tables over many ranks, so one big table can outgrow a rank
-        num_tables, world_sizes = (10, 24), (8,)
+        num_tables, world_sizes = (10, 24), tuple(w for w in world_sizes if w > 8) or (8,)
     n = int(rng.integers(num_tables[0], num_tables[1] + 1))
     picks = rng.choice(len(pool), size=min(n, len(pool)), replace=False)
     tables = []
@@ -59,7 +64,7 @@ def generate_task(rng: np.random.Generator, pool: list[Table], name: str, profil
     cap = max(sum(sizes) / world * slack, max(sizes) * 1.02)
     if oversize:
         cap = sum(sizes) / world * slack
-    topo = Topology(world_size=world, local_world_size=world, device=profile.device,
+    topo = Topology(world_size=world, local_world_size=ranks_per_host or world, device=profile.device,
                     memory_per_rank_gb=round(cap / GB + 5e-4, 3))
     return Task(name=name, tables=tuple(tables), topology=topo, batch_size_per_rank=batch,
                 extra={"generator": {"profile": profile.name, "slack": round(slack, 3),

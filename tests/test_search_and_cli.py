@@ -836,6 +836,75 @@ def test_a_searchers_plan_that_breaks_a_tables_sharding_types_is_refused_by_name
         Careless().plan(task, estimator)
 
 
+def test_over_hosts_a_table_too_big_for_a_rank_may_go_table_row_wise(task_dict, estimator):
+    """A table no rank holds whole, and too narrow for column blocks, starts row-wise over every rank. Over
+    two hosts the beam may move it onto either host's ranks (table-row-wise); over one host it has no other
+    spread to try."""
+    from shardplan.search.neuroshard import NeuroShardBeam, _initial_state
+    from shardplan.search.placer import Placer
+
+    task_dict["tables"][2].update(num_embeddings=300_000, embedding_dim=4)  # 4.8 MB, one column block
+    task_dict["topology"].update(world_size=4, memory_per_rank_gb=0.003)
+    for hosts in (1, 2):
+        task_dict["topology"]["local_world_size"] = 4 // hosts
+        task = load_task(task_dict)
+        start = _initial_state(task)
+        assert start[2] == ("rw", 0) and task.tables[2].sharding_types is None
+        moves = NeuroShardBeam()._moves(task, start, Placer(task, estimator))
+        assert {m[2] for m in moves if m[2][0] == "twrw"} == {("twrw", h) for h in range(hosts) if hosts > 1}
+
+
+def test_tables_much_wider_than_a_ranks_share_are_cut_in_the_second_beams_start(task_dict):
+    from shardplan.search.neuroshard import _initial_state, wide_split_state
+
+    task_dict["tables"][2]["embedding_dim"] = 128  # 128 of 152 columns over 4 ranks: a share of 38
+    task_dict["topology"].update(world_size=4, local_world_size=4, memory_per_rank_gb=1.0)
+    task = load_task(task_dict)
+    start = _initial_state(task)
+    assert start == (("tw", 1),) * 3
+    assert wide_split_state(task, start) == (("tw", 1), ("tw", 1), ("cw", 4))  # 32 <= 1.25 x 38 < 64
+    assert wide_split_state(task, start, slack=2.0) == (("tw", 1), ("tw", 1), ("cw", 2))
+    task_dict["tables"][2]["sharding_types"] = ["table_wise"]  # a table the task keeps whole stays whole
+    assert wide_split_state(load_task(task_dict), start) == start
+
+
+def test_the_second_beam_only_ever_lowers_the_predicted_cost(task_dict, estimator, monkeypatch):
+    """Where wide tables give the beam a second start, both beams run and the plan is the better one's:
+    never predicted dearer than the first beam's plan alone."""
+    from shardplan.search import neuroshard
+
+    task_dict["tables"][2]["embedding_dim"] = 128
+    task_dict["topology"].update(world_size=4, local_world_size=2, memory_per_rank_gb=1.0)
+    task = load_task(task_dict)
+    beams = []
+    real_beam = neuroshard.NeuroShardBeam._beam
+    monkeypatch.setattr(neuroshard.NeuroShardBeam, "_beam",
+                        lambda self, task, placer, scored, start, *a: beams.append(start) or real_beam(
+                            self, task, placer, scored, start, *a))
+    both = neuroshard.NeuroShardBeam().plan(task, estimator)
+    assert len(beams) == 2 and beams[1] == neuroshard.wide_split_state(task, beams[0])
+    monkeypatch.setattr(neuroshard, "wide_split_state", lambda task, state: state)
+    first_only = neuroshard.NeuroShardBeam().plan(task, estimator)
+    assert len(beams) == 3 and both.cost.max_ms <= first_only.cost.max_ms
+
+
+def test_make_tasks_splits_ranks_into_hosts(tmp_path, capsys):
+    import numpy as np
+
+    from shardplan.pools import load_pool
+    from shardplan.taskgen import generate_task
+
+    pool, h100 = load_pool("meta_synthetic"), get_profile("h100")
+    for k in range(4):  # an oversize task draws from the sizes over 8 asked for, not 8 ranks
+        task = generate_task(np.random.default_rng(k), pool, f"m{k}", h100, world_sizes=(16, 32),
+                             oversize=k % 2 == 1, ranks_per_host=8)
+        assert task.topology.world_size in (16, 32) and task.topology.local_world_size == 8
+    out = tmp_path / "suite"
+    assert main(["make-tasks", "--profile", "h100", "--count", "2", "--world-sizes", "16,12",
+                 "--ranks-per-host", "8", "--out", str(out)]) == 2
+    assert "--world-sizes" in capsys.readouterr().err and not out.exists()
+
+
 def test_tables_kept_spread_go_table_row_wise_over_one_host_or_replicated():
     """On two hosts: a table allowed only table-row-wise lies on one host's ranks under every searcher; one
     allowed table-row-wise or a replica gets one of the two; a table allowed only whole that fits no rank

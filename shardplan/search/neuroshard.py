@@ -20,7 +20,9 @@ over one host, or replicated (data-parallel). Moves split the costliest tables
 into more column blocks, turn hot tables row-wise, and replicate small tables;
 each candidate state is scored by re-running the table-wise grid search. The
 ``beam_width`` best states survive each of ``steps`` steps; the last beam's
-plans are polished and the one predicted fastest wins.
+plans are polished and the one predicted fastest wins. Where some tables are
+much wider than a rank's share of the columns, a second beam starts with all
+of them cut (:func:`wide_split_state`), and the faster of the two beams' plans wins.
 """
 from __future__ import annotations
 
@@ -194,6 +196,34 @@ def hot_split_state(task: Task, state: State, placer: Placer, hot_share: float =
     return tuple(out)
 
 
+# A whole table wider than this many times a rank's share of all tables' columns is cut in the second
+# beam's start (wide_split_state).
+WIDE_SLACK = 1.25
+
+
+def wide_split_state(task: Task, state: State, slack: float = WIDE_SLACK) -> State:
+    """``state`` with each whole table wider than ``slack`` times a rank's share of the columns (all
+    tables' dims over the ranks) cut into the fewest column blocks (2, 4, ...) that are not.
+
+    A whole table's rank sends its pooled output for the global batch, so where comm is dear (between
+    GPU hosts) each rank holding a wide table sets the plan's cost by its all-to-all alone. Balancing
+    that needs every wide table cut at once: the beam's one-table moves improve nothing until the last
+    one is cut, and its few steps do not get there (``gpu-multihost``: five whole 128-wide tables on
+    32 ranks whose share is 59 columns).
+    """
+    share = sum(t.embedding_dim for t in task.tables) / task.topology.world_size
+    out = list(state)
+    for i, t in enumerate(task.tables):
+        if state[i] not in (("tw", 1), ("cw", 1)) or not t.allows("column_wise"):
+            continue
+        k = 1
+        while t.embedding_dim / k > slack * share and 2 * k <= min(max_blocks(t), task.topology.world_size):
+            k *= 2
+        if k > 1:
+            out[i] = ("cw", k)
+    return tuple(out)
+
+
 def _spreads(t: Table, topo: Topology) -> list[tuple[str, int]]:
     """The states of ``t`` spread over ranks that the task allows."""
     out = [("rw", 0)] if t.allows("row_wise") else []
@@ -262,8 +292,11 @@ class NeuroShardBeam(Searcher):
                         out += _room_variants(task, state[:i] + (("rw", 0),) + state[i + 1:])
                     if topo.num_hosts > 1 and t.allows("table_row_wise"):
                         out += _room_variants(task, state[:i] + (("twrw", i % topo.num_hosts),) + state[i + 1:])
-        for i, t in enumerate(tables):  # a table the task keeps spread: the other spreads it allows
-            if state[i][0] not in ("tw", "cw") and not goes_whole(t):
+        # A spread table (one the task keeps spread, or, over several hosts, any): the other spreads it
+        # allows. Over hosts, a table too big for one rank starts row-wise over every rank; table-row-wise
+        # over one host's ranks keeps its pooled output's reduction inside that host.
+        for i, t in enumerate(tables):
+            if state[i][0] not in ("tw", "cw") and (not goes_whole(t) or topo.num_hosts > 1):
                 for alt in _spreads(t, topo):
                     if alt != state[i]:
                         out += _room_variants(task, state[:i] + (alt,) + state[i + 1:])
@@ -279,40 +312,63 @@ class NeuroShardBeam(Searcher):
         return self.shortlist(task, estimator, seed)[0]
 
     def shortlist(self, task: Task, estimator: PlanEstimator, seed: int) -> list[list[TableSharding]]:
-        """The last beam's plans, polished, predicted fastest first (the first is :meth:`search`'s)."""
+        """The last beam's plans, polished, predicted fastest first (the first is :meth:`search`'s).
+
+        Where :func:`wide_split_state` cuts some table, a second beam runs from that start, with a work
+        bound of its own, and the two beams' plans are merged by predicted cost (the first beam's on a
+        tie), so the second can only lower the plan's predicted cost.
+        """
         _require_incremental(estimator)
         placer = Placer(task, estimator)
         scored: dict[State, tuple[float, list[TableSharding]] | None] = {}
-        work = 0.0
-
-        def score(state: State):
-            nonlocal work
-            if state not in scored:
-                units, fixed = _materialise(task, state)
-                work += max(1, len(units)) * task.topology.world_size * len(self.grid)
-                scored[state] = placer.best_over_grid(units, fixed, self.grid)
-            return scored[state]
-
         start = _initial_state(task)
-        if score(start) is None:
+        work = self._score(task, placer, scored, start)
+        if scored[start] is None:
             raise InfeasibleError("task", "no placement fits every rank's memory, even with oversized tables "
                                   "split row-wise", "raise topology.memory_per_rank_gb or add ranks")
+        beams = [self._beam(task, placer, scored, start, work)]
+        wide = wide_split_state(task, start)  # scored after the first beam, which runs as if alone
+        if wide != start:
+            work = self._score(task, placer, scored, wide)
+            if scored[wide] is not None:  # on_step sees its steps numbered on, and the best so far
+                beams.append(self._beam(task, placer, scored, wide, work, self.steps, scored[beams[0][0]][0]))
+        finals = [[scored[s][1] for s in beam] for beam in beams]
+        if not self.pairwise_polish:
+            return [plan for plans in finals for plan in plans]
+        # The surviving states are close in predicted cost; the pairwise polish can reorder them.
+        shortlists = [polished_candidates(task, estimator, plans, placer) for plans in finals]
+        if len(shortlists) == 1:
+            return shortlists[0]
+        cost = lambda tables: estimator.estimate(Plan(task=task, tables=tuple(tables))).max_ms  # noqa: E731
+        merged = [(cost(p), k, j, p) for k, plans in enumerate(shortlists) for j, p in enumerate(plans)]
+        return [p for *_, p in sorted(merged, key=lambda m: m[:3])]
+
+    def _score(self, task: Task, placer: Placer, scored: dict[State, tuple | None], state: State) -> float:
+        """Put ``state``'s best grid placement ((predicted ms, shardings), or None) in ``scored``; return
+        the work that took (placement evaluations; 0 when it was there already)."""
+        if state in scored:
+            return 0.0
+        units, fixed = _materialise(task, state)
+        scored[state] = placer.best_over_grid(units, fixed, self.grid)
+        return max(1, len(units)) * task.topology.world_size * len(self.grid)
+
+    def _beam(self, task: Task, placer: Placer, scored: dict[State, tuple | None], start: State, work: float,
+              first_step: int = 0, best_before: float = float("inf")) -> list[State]:
+        """One beam search from ``start`` (scored, at ``work`` so far): the last beam's states, predicted
+        fastest first. ``on_step`` gets steps from ``first_step`` and the best of this beam and ``best_before``."""
         beam = [start]
         for step in range(self.steps):
             children = {c for s in beam for c in self._moves(task, s, placer)}
             for c in sorted(children):
                 if work > self.max_work:
                     break
-                score(c)
+                work += self._score(task, placer, scored, c)
             ranked = sorted((s for s in set(beam) | children if scored.get(s)), key=lambda s: (scored[s][0], s))
             new_beam = ranked[: self.beam_width]
             done = new_beam == beam or work > self.max_work
             beam = new_beam
             if self.on_step is not None:
-                self.on_step(step, scored[beam[0]][0])
+                self.on_step(first_step + step, min(best_before, scored[beam[0]][0]))
             if done:
                 break
-        if not self.pairwise_polish:
-            return [scored[s][1] for s in beam]
-        # The surviving states are close in predicted cost; the pairwise polish can reorder them.
-        return polished_candidates(task, estimator, [scored[s][1] for s in beam], placer)
+        return beam
