@@ -136,3 +136,28 @@ def test_an_episode_never_strands_a_large_unit_that_comes_late(estimator) -> Non
         _, mask = env.observe()
         env.step(int(np.flatnonzero(mask)[np.argmin(env.mem[mask])]))
     assert not env.overflowed and (env.mem <= env.cap).all()
+
+
+def test_wide_tables_are_a_split_choice_of_their_own_that_never_costs_more(estimator, policy, task_dict,
+                                                                             monkeypatch) -> None:
+    """Where some table is much wider than a rank's share of the columns, the policy also places units with
+    it cut; the two families' best plans are compared polished, so the plan is never dearer than without."""
+    from shardplan.search import rl_env
+
+    task_dict["tables"][2]["embedding_dim"] = 128
+    task_dict["topology"].update(world_size=4, local_world_size=4, memory_per_rank_gb=1.0)
+    task = load_task(task_dict)
+    built = []
+    real_init = PlacementEnv.__init__
+
+    def init(self, *a, **kw):
+        real_init(self, *a, **kw)
+        built.append(self.state)
+
+    monkeypatch.setattr(PlacementEnv, "__init__", init)
+    both = RLSearcher(samples=2, policy_path=policy).plan(task, estimator, seed=0)
+    plain, wide = built[:2], built[2:]  # one episode a split choice, then each again with the wide cut
+    assert len(wide) == 2 and any(w != p and w[2] == ("cw", 4) for w, p in zip(wide, plain))
+    monkeypatch.setattr(rl_env, "wide_split_state", lambda task, state: state)
+    plain_only = RLSearcher(samples=2, policy_path=policy).plan(task, estimator, seed=0)
+    assert both.cost.max_ms <= plain_only.cost.max_ms
