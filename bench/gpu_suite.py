@@ -36,7 +36,6 @@ from shardplan.formats import load_plan, load_task, save_plan, write_text_atomic
 from shardplan.search import get_searcher
 
 DEFAULT_SEARCHERS = "torchrec,neuroshard,neuroshard-tw,greedy-cost,greedy-lookup,greedy-size"
-GPU_SUITE = "gpu-bench"
 
 
 def _plan_task(path: Path, searchers: list[str], out: Path,
@@ -90,15 +89,15 @@ def _one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def plan_report(df: pd.DataFrame, profile: str, compute_model: str, out: Path, suite: str = GPU_SUITE) -> str:
+def plan_report(df: pd.DataFrame, profile: str, compute_model: str, out: Path, suite: str = "gpu-bench",
+                name: str | None = None) -> str:
     """The plans' predicted costs against TorchRec's plan's: a statement about the cost model's view
-    of the planners, not a measurement (that is the ``run`` stage). Written to ``gpu-plans-<profile>``,
-    or ``gpu-plans-<suite>-<profile>`` for a suite other than the GPU suite."""
-    stem = out / (f"gpu-plans-{profile}" if suite == GPU_SUITE else f"gpu-plans-{suite}-{profile}")
+    of the planners, not a measurement (that is the ``run`` stage). Written to ``<out>/<name>.{csv,md}``
+    (default name ``gpu-plans-<profile>``)."""
+    stem = out / (name or f"gpu-plans-{profile}")
     df.to_csv(stem.with_suffix(".csv"), index=False)
     ok = df[df.planned.astype(bool)]
-    title = "the GPU suite" if suite == GPU_SUITE else f"`{suite}`"
-    lines = [f"# Predicted plans of {title} on `{profile}` ({dt.date.today()})", "",
+    lines = [f"# Predicted plans of `{suite}` on `{profile}` ({dt.date.today()})", "",
              f"Predicted, not measured: compute by {compute_model}, comm by the profile's comm model. "
              "Plan cost = slowest rank's predicted fwd+bwd compute + comm.", "",
              "| searcher | tasks planned | predicted geomean / TorchRec's | median predicted max/mean | "
@@ -271,7 +270,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("stage", choices=["plan", "run", "rounds"])
     ap.add_argument("--runs", nargs="+", type=Path, help="`rounds`: the run CSVs to put side by side")
-    ap.add_argument("--name", default="gpu-suite-rounds", help="`rounds`: the results file's name")
+    ap.add_argument("--name", help="the results file's name (default: `plan` gpu-plans-<profile>, `rounds` "
+                                   "gpu-suite-rounds)")
     ap.add_argument("--reprice", type=Path, help="`rounds`: the measured plans, priced again by --profile's model")
     ap.add_argument("--profile", default="h200")
     ap.add_argument("--model", type=Path, help="`plan`, `rounds --reprice`: this compute model file instead of "
@@ -293,13 +293,14 @@ def main(argv: list[str] | None = None) -> None:
         est = load_estimator(args.profile, args.model, args.host_reference_ms)
         df = plan_suite(est, Path(args.suite), args.searchers.split(","), Path(args.plans), args.jobs, args.model,
                         args.host_reference_ms)
-        print(plan_report(df, args.profile, est.compute_name, out, Path(args.suite).name))
+        print(plan_report(df, args.profile, est.compute_name, out, Path(args.suite).name, args.name))
         print(f"plans in {args.plans}")
     elif args.stage == "rounds":
         if not args.runs:
             raise InputError("--runs", "names no run CSV", "give the CSVs that `run` wrote, one per round")
-        print(rounds_report(args.runs, out, args.name, "python bench/gpu_suite.py " + " ".join(argv or sys.argv[1:]),
-                            args.reprice, load_estimator(args.profile, args.model) if args.reprice else None))
+        command = "python bench/gpu_suite.py " + " ".join(argv or sys.argv[1:])
+        est = load_estimator(args.profile, args.model) if args.reprice else None
+        print(rounds_report(args.runs, out, args.name or "gpu-suite-rounds", command, args.reprice, est))
     else:
         df = run_suite(args.profile, Path(args.plans), args.iterations, args.max_seconds,
                        partial=out / f"gpu-suite-{args.profile}.partial.csv")
