@@ -35,7 +35,7 @@ from ..memory import GB, capacity_bytes, rank_memory_gb, shard_bytes, table_byte
 from .base import Searcher, register
 from .placement import goes_whole, replicas, row_wise_shards
 from .placer import GRID, Placer, Unit, column_blocks, max_blocks
-from .polish import polish, polished_candidates
+from .polish import cheapest_first, polish, polished_candidates
 
 def _require_incremental(estimator: PlanEstimator) -> None:
     if not hasattr(estimator.compute, "encode_shards"):
@@ -332,16 +332,14 @@ class NeuroShardBeam(Searcher):
             work = self._score(task, placer, scored, wide)
             if scored[wide] is not None:  # on_step sees its steps numbered on, and the best so far
                 beams.append(self._beam(task, placer, scored, wide, work, self.steps, scored[beams[0][0]][0]))
-        finals = [[scored[s][1] for s in beam] for beam in beams]
-        if not self.pairwise_polish:
-            return [plan for plans in finals for plan in plans]
+        if not self.pairwise_polish:  # the grid plans by their grid score, the first beam's on a tie
+            ranked = sorted((scored[s][0], k, j) for k, beam in enumerate(beams) for j, s in enumerate(beam))
+            return [scored[beams[k][j]][1] for _, k, j in ranked]
         # The surviving states are close in predicted cost; the pairwise polish can reorder them.
-        shortlists = [polished_candidates(task, estimator, plans, placer) for plans in finals]
+        shortlists = [polished_candidates(task, estimator, [scored[s][1] for s in beam], placer) for beam in beams]
         if len(shortlists) == 1:
             return shortlists[0]
-        cost = lambda tables: estimator.estimate(Plan(task=task, tables=tuple(tables))).max_ms  # noqa: E731
-        merged = [(cost(p), k, j, p) for k, plans in enumerate(shortlists) for j, p in enumerate(plans)]
-        return [p for *_, p in sorted(merged, key=lambda m: m[:3])]
+        return cheapest_first(task, estimator, [plan for plans in shortlists for plan in plans])
 
     def _score(self, task: Task, placer: Placer, scored: dict[State, tuple | None], state: State) -> float:
         """Put ``state``'s best grid placement ((predicted ms, shardings), or None) in ``scored``; return

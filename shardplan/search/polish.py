@@ -201,8 +201,13 @@ def polished_candidates(task: Task, estimator: PlanEstimator, candidates: list[l
     if len(candidates) > 1 and len(_units(task, candidates[0])[0]) > POLISH_ALL_MAX_UNITS:
         candidates = [candidates[int(np.argmin([cost(c) for c in candidates]))]]
     polished = [polish(task, estimator, c, placer) for c in candidates]
-    if len(polished) == 1:  # nothing to choose between: skip a full estimate
-        return polished
-    costs = [cost(c) for c in polished]
-    return [polished[i] for i in sorted(range(len(polished)), key=lambda i: (costs[i], i))]
+    return cheapest_first(task, estimator, polished)
+
+
+def cheapest_first(task: Task, estimator: PlanEstimator, plans: list[list[TableSharding]]) -> list[list[TableSharding]]:
+    """``plans`` by predicted plan cost, the earlier first on a tie (one plan: as it is, not estimated)."""
+    if len(plans) <= 1:
+        return plans
+    costs = [estimator.estimate(Plan(task=task, tables=tuple(p))).max_ms for p in plans]
+    return [plans[i] for i in sorted(range(len(plans)), key=lambda i: (costs[i], i))]
 

@@ -35,13 +35,13 @@ from tqdm import tqdm
 
 from ..cost.estimator import PlanEstimator
 from ..cost.profiles import get_profile
-from ..domain import Plan, TableSharding, Task
+from ..domain import TableSharding, Task
 from ..errors import InfeasibleError, InputError
 from ..formats import write_text_atomic
 from .base import Searcher, register
 from .neuroshard import HOT_SHARE, _require_incremental
 from .placer import Placer
-from .polish import polish
+from .polish import cheapest_first, polish
 from .rl_env import RANK_FEATURES, PlacementEnv
 
 POLICY_FORMAT = "shardplan/rl-policy@1"
@@ -161,11 +161,7 @@ class RLSearcher(Searcher):
                                   "use a packing searcher (neuroshard, greedy-size) or raise memory_per_rank_gb")
         if not self.pairwise_polish:
             return min(bests, key=lambda b: b[0])[1]
-        polished = [polish(task, estimator, b[1], placer) for b in bests]
-        if len(polished) == 1:
-            return polished[0]
-        costs = [estimator.estimate(Plan(task=task, tables=tuple(p))).max_ms for p in polished]
-        return polished[int(np.argmin(costs))]
+        return cheapest_first(task, estimator, [polish(task, estimator, b[1], placer) for b in bests])[0]
 
     def _best(self, envs: list[PlacementEnv], net: PolicyNet, seed: int) -> tuple[float, list[TableSharding]] | None:
         """The policy's best plan over ``envs`` (greedy decoding and ``samples`` sampled, each refined), by
