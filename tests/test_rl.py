@@ -142,7 +142,8 @@ def test_wide_tables_are_a_split_choice_of_their_own_that_never_costs_more(estim
                                                                              monkeypatch) -> None:
     """Where some table is much wider than a rank's share of the columns, the policy also places units with
     it cut; the two families' best plans are compared polished, so the plan is never dearer than without."""
-    from shardplan.search import rl_env
+    from shardplan.search import rl, rl_env
+    from shardplan.search.neuroshard import wide_split_state
 
     task_dict["tables"][2]["embedding_dim"] = 128
     task_dict["topology"].update(world_size=4, local_world_size=4, memory_per_rank_gb=1.0)
@@ -152,12 +153,16 @@ def test_wide_tables_are_a_split_choice_of_their_own_that_never_costs_more(estim
 
     def init(self, *a, **kw):
         real_init(self, *a, **kw)
-        built.append(self.state)
+        built.append((kw.get("wide", False), self.state))
 
     monkeypatch.setattr(PlacementEnv, "__init__", init)
     both = RLSearcher(samples=2, policy_path=policy).plan(task, estimator, seed=0)
-    plain, wide = built[:2], built[2:]  # one episode a split choice, then each again with the wide cut
-    assert len(wide) == 2 and any(w != p and w[2] == ("cw", 4) for w, p in zip(wide, plain))
-    monkeypatch.setattr(rl_env, "wide_split_state", lambda task, state: state)
+    plain, wide = [s for w, s in built if not w], [s for w, s in built if w]
+    # one episode a split choice, then, after them, each again with the wide cut where that cuts something
+    assert len(plain) == 2 and built[:2] == [(False, p) for p in plain]
+    assert wide == [c for c, p in ((wide_split_state(task, p), p) for p in plain) if c != p]
+    assert any(w[2] == ("cw", 4) for w in wide)
+    for module in (rl_env, rl):  # the episodes' cut and the searcher's test of whether it cuts anything
+        monkeypatch.setattr(module, "wide_split_state", lambda task, state: state)
     plain_only = RLSearcher(samples=2, policy_path=policy).plan(task, estimator, seed=0)
     assert both.cost.max_ms <= plain_only.cost.max_ms

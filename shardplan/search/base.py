@@ -27,10 +27,11 @@ def restricted(task: Task, sharding_types: frozenset[str] | None) -> Task:
     if sharding_types is None:
         return task
     tables = []
-    for i, t in enumerate(task.tables):
+    for t in task.tables:
         both = tuple(k for k in (t.sharding_types or SHARDING_TYPES) if k in sharding_types)
         if not both:  # the two constraints leave the table no way to be placed
-            raise InputError(f"tables[{i}].sharding_types", f"{t.name!r} may only be {list(t.sharding_types or ())}, "
+            raise InputError(f"{task.table_field(t.name)}.sharding_types",
+                             f"{t.name!r} may only be {list(t.sharding_types or ())}, "
                              f"none of which the plan's sharding_types {sorted(sharding_types)} allow",
                              "widen one of the two")
         tables.append(replace(t, sharding_types=both))

@@ -26,7 +26,7 @@ of them cut (:func:`wide_split_state`), and the faster of the two beams' plans w
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from ..cost.estimator import PlanEstimator
 from ..domain import Plan, Shard, Table, TableSharding, Task, Topology
@@ -175,6 +175,22 @@ def _room_variants(task: Task, state: State) -> list[State]:
 HOT_SHARE = 0.5
 
 
+def _cut_whole_tables(task: Task, state: State, sizes: Sequence[float], limit: float) -> State:
+    """``state`` with each whole table (that the task lets go column-wise) whose ``sizes[i]`` is over
+    ``limit`` cut into the fewest column blocks (2, 4, 8, ...; at most its dim / 4 and the ranks) whose
+    share of it is not."""
+    out = list(state)
+    for i, t in enumerate(task.tables):
+        if state[i] not in (("tw", 1), ("cw", 1)) or not t.allows("column_wise"):
+            continue
+        k = 1
+        while sizes[i] / k > limit and 2 * k <= min(max_blocks(t), task.topology.world_size):
+            k *= 2
+        if k > 1:
+            out[i] = ("cw", k)
+    return tuple(out)
+
+
 def hot_split_state(task: Task, state: State, placer: Placer, hot_share: float = HOT_SHARE) -> State:
     """``state`` with each hot whole table cut into the fewest column blocks (2, 4, 8, ...; at most its
     dim / 4 and the ranks) whose predicted share is within ``hot_share`` of the ideal per-rank compute.
@@ -183,17 +199,7 @@ def hot_split_state(task: Task, state: State, placer: Placer, hot_share: float =
     for searchers that only place units (``rl``).
     """
     solo = placer.table_costs()
-    limit = hot_share * float(solo.sum()) / task.topology.world_size
-    out = list(state)
-    for i, t in enumerate(task.tables):
-        if state[i] not in (("tw", 1), ("cw", 1)) or not t.allows("column_wise"):
-            continue
-        k = 1
-        while solo[i] / k > limit and 2 * k <= min(max_blocks(t), task.topology.world_size):
-            k *= 2
-        if k > 1:
-            out[i] = ("cw", k)
-    return tuple(out)
+    return _cut_whole_tables(task, state, solo, hot_share * float(solo.sum()) / task.topology.world_size)
 
 
 # A whole table wider than this many times a rank's share of all tables' columns is cut in the second
@@ -211,17 +217,8 @@ def wide_split_state(task: Task, state: State, slack: float = WIDE_SLACK) -> Sta
     one is cut, and its few steps do not get there (``gpu-multihost``: five whole 128-wide tables on
     32 ranks whose share is 59 columns).
     """
-    share = sum(t.embedding_dim for t in task.tables) / task.topology.world_size
-    out = list(state)
-    for i, t in enumerate(task.tables):
-        if state[i] not in (("tw", 1), ("cw", 1)) or not t.allows("column_wise"):
-            continue
-        k = 1
-        while t.embedding_dim / k > slack * share and 2 * k <= min(max_blocks(t), task.topology.world_size):
-            k *= 2
-        if k > 1:
-            out[i] = ("cw", k)
-    return tuple(out)
+    dims = [t.embedding_dim for t in task.tables]
+    return _cut_whole_tables(task, state, dims, slack * sum(dims) / task.topology.world_size)
 
 
 def _spreads(t: Table, topo: Topology) -> list[tuple[str, int]]:

@@ -197,9 +197,8 @@ def polished_candidates(task: Task, estimator: PlanEstimator, candidates: list[l
     """Each candidate polished, predicted fastest first (the earlier on a tie). Past
     :data:`POLISH_ALL_MAX_UNITS` movable units, only the candidate predicted fastest is polished and returned."""
     placer = placer or Placer(task, estimator)
-    cost = lambda tables: estimator.estimate(Plan(task=task, tables=tuple(tables))).max_ms  # noqa: E731
     if len(candidates) > 1 and len(_units(task, candidates[0])[0]) > POLISH_ALL_MAX_UNITS:
-        candidates = [candidates[int(np.argmin([cost(c) for c in candidates]))]]
+        candidates = cheapest_first(task, estimator, candidates)[:1]
     polished = [polish(task, estimator, c, placer) for c in candidates]
     return cheapest_first(task, estimator, polished)
 

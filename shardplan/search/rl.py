@@ -39,7 +39,7 @@ from ..domain import TableSharding, Task
 from ..errors import InfeasibleError, InputError
 from ..formats import write_text_atomic
 from .base import Searcher, register
-from .neuroshard import HOT_SHARE, _require_incremental
+from .neuroshard import HOT_SHARE, _require_incremental, wide_split_state
 from .placer import Placer
 from .polish import cheapest_first, polish
 from .rl_env import RANK_FEATURES, PlacementEnv
@@ -151,8 +151,8 @@ class RLSearcher(Searcher):
         # that cuts something. The best plan of each family is polished before the two are compared:
         # the polish moves a plan more than the cut does (gpu-multihost-06: 2.35 ms polished from the
         # plain family, 2.96 from the wide one, which came lower unpolished); a tie keeps the plain one.
-        wide = [PlacementEnv(task, estimator, hot_share, placer, wide=True) for hot_share in SPLIT_CHOICES]
-        wide = [w for w, p in zip(wide, plain) if w.state != p.state]
+        wide = [PlacementEnv(task, estimator, hot_share, placer, wide=True)
+                for hot_share, p in zip(SPLIT_CHOICES, plain) if wide_split_state(task, p.state) != p.state]
         if wide:
             bests.append(self._best(wide, net, seed))
         bests = [b for b in bests if b is not None]
