@@ -60,12 +60,21 @@ for stage in "$@"; do
       # ranks of this profile, and beside the suite's loop timings of the same ranks on the same machine
       # ($RANK_PLANS: folders in turn, the plans that matter most first; a plan timed in one is skipped in the
       # next. Each folder gets at most $RANKS_SECONDS: every plan's rows are written as it ends, so a stop
-      # keeps all but the plan it cut.)
+      # keeps all but the plan it cut.) Each collect-ranks stage of a job is a round of its own (the file's
+      # `round` column: 0, 1, ...), so STAGES="collect-ranks suite collect-ranks" interleaves two of each.
+      round=$(cat "$STATE/ranks-round" 2>/dev/null || echo 0)
       for dir in ${RANK_PLANS:-$PLANS}; do
         timeout "${RANKS_SECONDS:-600}" python3 -m shardplan.cli collect ranks --profile "${PROFILE:-$(profile)}" \
-            --plans "$dir" --out "$STATE/compute-ranks.parquet" || echo "collect-ranks on $dir stopped (rc $?)"
+            --plans "$dir" --round "$round" --out "$STATE/compute-ranks.parquet" \
+          || echo "collect-ranks on $dir stopped (rc $?)"
       done
+      echo $((round + 1)) > "$STATE/ranks-round"
       cp "$STATE/compute-ranks.parquet" "$OUT/" ;;
+    reference)
+      # the profile's reference workload on this machine's device, before and after the other stages: the
+      # host state (launch jitter) the GPU timings rode on, the figure --host-reference-ms takes
+      { date -u +%FT%TZ; python3 -m shardplan.cli profiles --host-reference --profile "${PROFILE:-$(profile)}"; } \
+        | tee -a "$OUT/host-reference.txt" ;;
     rank-parts)
       # plan ranks with data-parallel replicas (every TorchRec rank of the suite), each timed whole and each
       # batch's op alone in the same repetitions: which op the model misprices ($BATCH_PARTS_SRC: a plan-rank
@@ -92,13 +101,15 @@ for stage in "$@"; do
           --searchers "${SEARCHERS:-neuroshard}" --suite "${SUITE:-data/tasks/gpu-bench}" --jobs "${PLAN_JOBS:-12}" \
           --plans "$PLANS" --out "$OUT"
       cp -r "$PLANS" "$OUT/gpu-plans" ;;
-    suite)
-      # each suite stage of a job is a round of its own: $OUT/suite-1, suite-2, ... (STAGES="suite suite")
+    suite|suite:*)
+      # each suite stage of a job is a round of its own: $OUT/suite-1, suite-2, ... (STAGES="suite suite");
+      # `suite:DIR` runs the plans in DIR instead of $PLANS (STAGES="suite suite:build/other-plans")
       n=1; while [ -e "$OUT/suite-$n" ]; do n=$((n + 1)); done
-      python3 bench/gpu_suite.py run --profile "${PROFILE:-$(profile)}" --plans "$PLANS" --out "$OUT/suite-$n" \
+      dir=$PLANS; [ "$stage" = suite ] || dir=${stage#suite:}
+      python3 bench/gpu_suite.py run --profile "${PROFILE:-$(profile)}" --plans "$dir" --out "$OUT/suite-$n" \
           --iterations "${ITERATIONS:-20}" ${SUITE_SECONDS:+--max-seconds "$SUITE_SECONDS"} ;;
-    *) echo "unknown stage $stage (profile, unpack, install, collect, collect-large, collect-ranks, rank-parts, train," \
-            "plan, suite)" >&2
+    *) echo "unknown stage $stage (profile, unpack, install, reference, collect, collect-large, collect-ranks," \
+            "rank-parts, train, plan, suite, suite:DIR)" >&2
        exit 2 ;;
   esac
 done
