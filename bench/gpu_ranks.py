@@ -168,15 +168,25 @@ def ranks_report(profile_name: str, name: str, retimed: Path | None, ranks: Path
                              "loop_compute": ms - comm, "plain": rc.total_ms, "comm": comm,
                              "pred": rc.fwd_compute_ms + rc.bwd_compute_ms, "specs": specs, "ref": ref})
         lp = pd.DataFrame(rows)
-        lp = lp[lp.loop_compute > 0].reset_index(drop=True)  # an empty rank has nothing to price
+        # an empty rank has nothing to price (its loop time less comm is rounding, at times a hair over 0)
+        lp = lp[lp.specs.map(len) > 0].reset_index(drop=True)
         lp["at_ref"] = sum(by_op(model, list(lp.specs), lp.ref.to_numpy())) + lp.comm
+        round_ref = float(np.median(sample_reference_ms(run)))
+        lp["compute_at_round_ref"] = sum(by_op(model, list(lp.specs), round_ref))
         loops.append(lp)
         lines += ["", f"## 4. The emulated loop: `{path}`", "",
                   f"Reference beside the plans {spread(sample_reference_ms(run))} ms. "
-                  "Per rank, compute + modelled comm:", "", *PRICE_HEADER]
+                  "Per rank, compute + modelled comm, then compute alone (the loop's time less the same modelled "
+                  "comm: where comm is a large share, as over several hosts, the first rows flatter the model), "
+                  f"priced at the round's median reference ({round_ref:.3f} ms; one plan's two readings can "
+                  "catch a spike its ops did not feel):", "", *PRICE_HEADER]
         for searcher, g in lp.groupby("searcher"):
-            lines += [_price_row(f"`{searcher}`", "as trained", g.plain.to_numpy(), g.meas.to_numpy()),
-                      _price_row(f"`{searcher}`", "at the plan's reference", g.at_ref.to_numpy(), g.meas.to_numpy())]
+            meas, compute = g.meas.to_numpy(), g.loop_compute.to_numpy()
+            lines += [_price_row(f"`{searcher}`", "as trained", g.plain.to_numpy(), meas),
+                      _price_row(f"`{searcher}`", "at the plan's reference", g.at_ref.to_numpy(), meas),
+                      _price_row(f"`{searcher}`", "compute alone, as trained", g.pred.to_numpy(), compute),
+                      _price_row(f"`{searcher}`", "compute alone, at the round's median reference",
+                                 g.compute_at_round_ref.to_numpy(), compute)]
         if collector is not None:
             pair = lp.merge(collector[["task", "searcher", "rank", "meas"]], on=["task", "searcher", "rank"],
                             suffixes=("", "_collector"))

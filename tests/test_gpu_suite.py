@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -156,3 +158,27 @@ def test_gpu_ranks_prices_each_op_of_a_rank_timed_apart(tmp_path, load_script) -
     made.drop(columns="parts").to_parquet(path)
     with pytest.raises(InputError, match="--parts"):
         ranks.main(["--profile", "h100", "--name", "q", "--out", str(tmp_path), "--parts", str(path)])
+
+
+def test_gpu_ranks_prices_loop_compute_alone_and_leaves_empty_ranks_out(tmp_path, load_script) -> None:
+    """On the fourth H100's multi-host round (never trained on): a rank that holds no shard is not priced
+    (its loop time less comm is rounding), and each searcher gets compute-alone rows beside compute + comm."""
+    import re
+
+    ranks = load_script("bench/gpu_ranks.py")
+    fourth = Path("bench/results/gpu-h100-2026-11-27-fourth")
+    run = pd.read_csv(fourth / "gpu-suite-multihost-h100-round1.csv")
+    run = run[(run.task == "gpu-multihost-06") & run.searcher.isin(["greedy-cost", "torchrec"])]
+    (tmp_path / "plans").mkdir()
+    held = {}
+    for s in run.searcher:
+        name = f"gpu-multihost-06--{s}.json"
+        shutil.copy(fourth / "plans" / name, tmp_path / "plans" / name)
+        held[s] = sum(1 for r in load_plan(tmp_path / "plans" / name).rank_shards() if r)
+    assert held["greedy-cost"] < 32  # the case: some of its ranks hold nothing
+    run.to_csv(tmp_path / "round.csv", index=False)
+    ranks.main(["--profile", "h100", "--name", "t", "--out", str(tmp_path), "--suites", str(tmp_path / "round.csv")])
+    md = (tmp_path / "t.md").read_text()
+    for s, n in held.items():
+        for priced in ("as trained", "compute alone, as trained", "compute alone, at the round's median reference"):
+            assert re.search(rf"^\| `{s}` \| {re.escape(priced)} \| {n} \| [\d.]+ \| [\d.]+% \|", md, re.M), (s, priced)
