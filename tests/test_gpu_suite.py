@@ -154,7 +154,7 @@ def test_gpu_ranks_prices_each_op_of_a_rank_timed_apart(tmp_path, load_script) -
     md = (tmp_path / "p.md").read_text()
     assert "## 6." in md and "| replicas (local batch) | as trained | 16 | 2.000 |" in md
     assert "| sharded (global batch) | as trained | 16 | 1.000 |" in md
-    assert "| gpu-bench-11 | 8 | 2.000 |" in md
+    assert "| gpu-bench-11 | 8 | 2.000; " in md
     made.drop(columns="parts").to_parquet(path)
     with pytest.raises(InputError, match="--parts"):
         ranks.main(["--profile", "h100", "--name", "q", "--out", str(tmp_path), "--parts", str(path)])

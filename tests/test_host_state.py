@@ -43,6 +43,20 @@ def test_gain_is_read_where_ops_are_short_and_taken_out():
     assert summary["band_edges_ms"] == list(BAND_EDGES_MS) and "launch jitter" in adj.describe()
 
 
+def test_a_reference_spike_leaves_no_label_under_a_tenth_of_its_time():
+    # the fourth H100 read its reference at up to 3.2 ms beside 0.6-ms ops that did not feel it: the linear
+    # share of that excess would make a label negative, whose log then stops training
+    sets, base_f, base_b, fwd, bwd, ref = _jittered(2400, gain=0.5, seed=2)
+    adj = HostStateAdjustment.fit(sets, fwd, bwd, ref)
+    spiked = ref.copy()
+    spiked[:50] = 5.0
+    f2, b2 = adj.apply(sets, fwd, bwd, spiked)
+    assert (f2 >= 0.1 * fwd).all() and (b2 >= 0.1 * bwd).all()
+    assert np.isclose(f2[:50], 0.1 * fwd[:50]).any()  # the case arises: some short op's label is floored
+    f3, b3 = adj.apply(sets, fwd, bwd, ref)  # within the readings it was fitted on, nothing is floored
+    assert (f3 > 0.1 * fwd).all() and (b3 > 0.1 * bwd).all()
+
+
 def test_no_jitter_no_adjustment_and_thin_bands_left_alone():
     sets, base_f, base_b, fwd, bwd, ref = _jittered(2400, gain=0.0, seed=1)
     adj = HostStateAdjustment.fit(sets, fwd, bwd, ref)
