@@ -263,8 +263,8 @@ def _parts_section(model, path: Path) -> list[str]:
         lines += [_price_row(label, "as trained", g.plain.to_numpy(), g.meas.to_numpy()),
                   _price_row(label, "at each rank's reference", g.at_ref.to_numpy(), g.meas.to_numpy())]
     lines += ["", "By task, median predicted over measured (as trained; at each rank's reference), and the measured "
-              "ms:", "", "| task | ranks | replicas: predicted / measured | measured ms | sharded: predicted / measured "
-              "| measured ms |", "| --- | --- | --- | --- | --- | --- |"]
+              "ms:", "", "| task | ranks | replicas: predicted / measured | measured ms | "
+              "sharded: predicted / measured | measured ms |", "| --- | --- | --- | --- | --- | --- |"]
     for task, g in table.groupby("task"):
         rep, sh = g[g.replicas], g[~g.replicas]
         lines.append(f"| {task} | {len(rep)} | {np.median(rep.plain / rep.meas):.3f}; "
