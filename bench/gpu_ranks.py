@@ -210,13 +210,16 @@ def _median_over_runs(model, collector: pd.DataFrame, loops: list[pd.DataFrame])
     runs += [lp[key].assign(meas=lp.loop_compute, ref=lp.ref) for lp in loops]
     every = pd.concat(runs, ignore_index=True)
     per_rank = every.groupby(key).agg(meas=("meas", "median"), n=("meas", "size")).reset_index()
-    per_rank = per_rank.merge(loops[-1][key + ["pred", "specs"]], on=key)
+    # every rank some loop round ran (rounds may run different plans: one folder, then another)
+    priced = pd.concat([lp[key + ["pred", "specs"]] for lp in loops]).drop_duplicates(subset=key)
+    per_rank = per_rank.merge(priced, on=key)
     ref = float(np.median(every.ref))
     at_ref = sum(by_op(model, list(per_rank.specs), ref))
     lines = ["", "## 5. Each rank's compute against its median over the machine's measurements", "",
-             f"The collector's timing and the {len(loops)} loop round(s) of each rank (the measurements "
-             "each median takes beside the searcher); priced as trained and at the machine's median reference, "
-             f"{ref:.3f} ms over all of them. Compute alone (no comm):", "", *PRICE_HEADER]
+             f"Each rank a loop round ran, its median over the collector's timing and the loop rounds' ({len(loops)} "
+             "given; the count beside each searcher is the median number of measurements a rank has); priced as "
+             f"trained and at the machine's median reference, {ref:.3f} ms over all of them. Compute alone "
+             "(no comm):", "", *PRICE_HEADER]
     for searcher, g in per_rank.groupby("searcher"):
         i, label = g.index.to_numpy(), f"`{searcher}` (median of {int(g.n.median())})"
         lines += [_price_row(label, "as trained", g.pred.to_numpy(), g.meas.to_numpy()),

@@ -182,3 +182,27 @@ def test_gpu_ranks_prices_loop_compute_alone_and_leaves_empty_ranks_out(tmp_path
     for s, n in held.items():
         for priced in ("as trained", "compute alone, as trained", "compute alone, at the round's median reference"):
             assert re.search(rf"^\| `{s}` \| {re.escape(priced)} \| {n} \| [\d.]+ \| [\d.]+% \|", md, re.M), (s, priced)
+
+
+def test_gpu_ranks_takes_each_rank_a_loop_round_ran_into_its_median(tmp_path, load_script) -> None:
+    """Loop rounds of different plans (the fifth H100 ran every searcher's plans of some multi-host tasks, then
+    TorchRec's alone): section 5 gives each rank any round ran its median with the collector's timing."""
+    ranks = load_script("bench/gpu_ranks.py")
+    fifth = Path("bench/results/gpu-h100-2026-11-27-fifth")
+    (tmp_path / "plans").mkdir()
+    suites = []
+    for name, searcher in (("gpu-suite-multihost-rest-h100-round1.csv", "neuroshard"),
+                           ("gpu-suite-multihost-torchrec-h100-round1.csv", "torchrec")):
+        run = pd.read_csv(fifth / name)
+        run = run[(run.task == "gpu-multihost-08") & (run.searcher == searcher)]
+        run.to_csv(tmp_path / name, index=False)
+        suites.append(str(tmp_path / name))
+        plan = f"gpu-multihost-08--{searcher}.json"
+        shutil.copy(fifth / "plans" / plan, tmp_path / "plans" / plan)
+    collector = pd.read_parquet("data/profiles/h100/plan-ranks-multihost-fifth-h100.parquet")
+    collector[collector.task == "gpu-multihost-08"].to_parquet(tmp_path / "ranks.parquet")
+    ranks.main(["--profile", "h100", "--name", "t", "--out", str(tmp_path), "--ranks", str(tmp_path / "ranks.parquet"),
+                "--suites", *suites])
+    section = (tmp_path / "t.md").read_text().split("## 5.")[1]
+    assert "| `neuroshard` (median of 2) | as trained |" in section
+    assert "| `torchrec` (median of 2) | as trained |" in section
