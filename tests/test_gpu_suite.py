@@ -90,13 +90,14 @@ def test_gpu_labels_reads_the_committed_h200_data(tmp_path, load_script) -> None
 
 
 def test_gpu_ranks_prices_the_committed_h100_data_as_trained_and_at_the_host_state(tmp_path, load_script) -> None:
-    """On the third H100's data (never trained on): the report has every section, each rank has its median over
-    the collector's and the loop's timing, and pricing at each set's reference errs less than as trained."""
+    """On the third H100's ranks and the fourth's sets (never trained on): the report has every section, each rank
+    has its median over the collector's and the loop's timing, and pricing at each set's reference errs less than
+    as trained (the fourth's host ran the reference at 0.84 ms against the collection's 0.60)."""
     import re
 
     ranks = load_script("bench/gpu_ranks.py")
     sets = tmp_path / "sets.parquet"
-    pd.read_parquet("data/profiles/h100/compute-row-slices-third-h100.parquet").head(300).to_parquet(sets)
+    pd.read_parquet("data/profiles/h100/compute-replicas-fourth-h100.parquet").head(300).to_parquet(sets)
     third = "bench/results/gpu-h100-2026-11-26-third"
     ranks.main(["--profile", "h100", "--name", "t", "--out", str(tmp_path), "--sets", str(sets),
                 "--ranks", "data/profiles/h100/plan-ranks-third-h100.parquet",
@@ -114,7 +115,7 @@ def test_gpu_ranks_prices_the_committed_h100_data_as_trained_and_at_the_host_sta
     listed = md.split("TorchRec's ranks outside 15% at the machine's median reference: ")[1]
     assert listed.startswith(f"{120 - within} of 120.")
     rows = re.findall(r"^\| gpu-bench-\d+ \| \d+ \| [\d.]+ \| [\d.]+ \| ([+-][\d.]+)% \|$", listed, re.M)
-    assert len(rows) == 120 - within and all(abs(float(e)) > 15 for e in rows)
+    assert len(rows) == 120 - within and all(abs(float(e)) >= 15 for e in rows)  # shown to 0.1: 15.04 reads 15.0
 
 
 def test_gpu_ranks_refuses_a_cpu_profile_or_a_missing_file(tmp_path, load_script) -> None:
