@@ -159,8 +159,9 @@ def ranks_report(profile_name: str, name: str, retimed: Path | None, ranks: Path
     loops = []
     for path in suites:
         run = pd.read_csv(path)
+        refs = sample_reference_ms(run)  # each plan's, the geometric mean of the readings before and after
         rows = []
-        for row, ref in zip(run.itertuples(), sample_reference_ms(run)):
+        for row, ref in zip(run.itertuples(), refs):
             plan = load_plan(path.parent / "plans" / f"{row.task}--{row.searcher}.json")
             for rc, specs, ms in zip(est.estimate(plan).per_rank, rank_specs(plan), json.loads(row.rank_measured_ms)):
                 comm = rc.fwd_comm_ms + rc.bwd_comm_ms
@@ -171,11 +172,11 @@ def ranks_report(profile_name: str, name: str, retimed: Path | None, ranks: Path
         # an empty rank has nothing to price (its loop time less comm is rounding, at times a hair over 0)
         lp = lp[lp.specs.map(len) > 0].reset_index(drop=True)
         lp["at_ref"] = sum(by_op(model, list(lp.specs), lp.ref.to_numpy())) + lp.comm
-        round_ref = float(np.median(sample_reference_ms(run)))
+        round_ref = float(np.median(refs))
         lp["compute_at_round_ref"] = sum(by_op(model, list(lp.specs), round_ref))
         loops.append(lp)
         lines += ["", f"## 4. The emulated loop: `{path}`", "",
-                  f"Reference beside the plans {spread(sample_reference_ms(run))} ms. "
+                  f"Reference beside the plans {spread(refs)} ms. "
                   "Per rank, compute + modelled comm, then compute alone (the loop's time less the same modelled "
                   "comm: where comm is a large share, as over several hosts, the first rows flatter the model), "
                   f"priced at the round's median reference ({round_ref:.3f} ms; one plan's two readings can "

@@ -131,9 +131,6 @@ def run_suite(profile: str, plans: Path, iterations: int, max_seconds: float | N
     est = load_estimator(profile)
     device = get_profile(profile).device
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
-    # The reference's first reading in a process is cold: 8.0 ms before the first plan on the fourth H100
-    # (2026-11-27), 0.6-0.9 ms after; it would price that plan at a host state no op of it ran in.
-    time_reference(device)
     rows = []
     for path in sorted(plans.glob("*--*.json")):
         if deadline is not None and time.monotonic() > deadline:

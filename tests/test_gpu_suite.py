@@ -161,24 +161,30 @@ def test_gpu_ranks_prices_each_op_of_a_rank_timed_apart(tmp_path, load_script) -
         ranks.main(["--profile", "h100", "--name", "q", "--out", str(tmp_path), "--parts", str(path)])
 
 
+def _round_subset(src: Path, name: str, task: str, searchers: list[str], tmp_path: Path) -> Path:
+    """A committed loop round's rows of one task by ``searchers``, written to ``tmp_path`` beside a ``plans``
+    folder holding those plans (where bench/gpu_ranks.py looks for them); the CSV's path."""
+    run = pd.read_csv(src / name)
+    run = run[(run.task == task) & run.searcher.isin(searchers)]
+    (tmp_path / "plans").mkdir(exist_ok=True)
+    for s in run.searcher:
+        shutil.copy(src / "plans" / f"{task}--{s}.json", tmp_path / "plans")
+    run.to_csv(tmp_path / name, index=False)
+    return tmp_path / name
+
+
 def test_gpu_ranks_prices_loop_compute_alone_and_leaves_empty_ranks_out(tmp_path, load_script) -> None:
     """On the fourth H100's multi-host round (never trained on): a rank that holds no shard is not priced
     (its loop time less comm is rounding), and each searcher gets compute-alone rows beside compute + comm."""
     import re
 
     ranks = load_script("bench/gpu_ranks.py")
-    fourth = Path("bench/results/gpu-h100-2026-11-27-fourth")
-    run = pd.read_csv(fourth / "gpu-suite-multihost-h100-round1.csv")
-    run = run[(run.task == "gpu-multihost-06") & run.searcher.isin(["greedy-cost", "torchrec"])]
-    (tmp_path / "plans").mkdir()
-    held = {}
-    for s in run.searcher:
-        name = f"gpu-multihost-06--{s}.json"
-        shutil.copy(fourth / "plans" / name, tmp_path / "plans" / name)
-        held[s] = sum(1 for r in load_plan(tmp_path / "plans" / name).rank_shards() if r)
+    round_ = _round_subset(Path("bench/results/gpu-h100-2026-11-27-fourth"), "gpu-suite-multihost-h100-round1.csv",
+                          "gpu-multihost-06", ["greedy-cost", "torchrec"], tmp_path)
+    held = {s: sum(1 for r in load_plan(tmp_path / "plans" / f"gpu-multihost-06--{s}.json").rank_shards() if r)
+            for s in ("greedy-cost", "torchrec")}
     assert held["greedy-cost"] < 32  # the case: some of its ranks hold nothing
-    run.to_csv(tmp_path / "round.csv", index=False)
-    ranks.main(["--profile", "h100", "--name", "t", "--out", str(tmp_path), "--suites", str(tmp_path / "round.csv")])
+    ranks.main(["--profile", "h100", "--name", "t", "--out", str(tmp_path), "--suites", str(round_)])
     md = (tmp_path / "t.md").read_text()
     for s, n in held.items():
         for priced in ("as trained", "compute alone, as trained", "compute alone, at the round's median reference"):
@@ -190,16 +196,9 @@ def test_gpu_ranks_takes_each_rank_a_loop_round_ran_into_its_median(tmp_path, lo
     TorchRec's alone): section 5 gives each rank any round ran its median with the collector's timing."""
     ranks = load_script("bench/gpu_ranks.py")
     fifth = Path("bench/results/gpu-h100-2026-11-27-fifth")
-    (tmp_path / "plans").mkdir()
-    suites = []
-    for name, searcher in (("gpu-suite-multihost-rest-h100-round1.csv", "neuroshard"),
-                           ("gpu-suite-multihost-torchrec-h100-round1.csv", "torchrec")):
-        run = pd.read_csv(fifth / name)
-        run = run[(run.task == "gpu-multihost-08") & (run.searcher == searcher)]
-        run.to_csv(tmp_path / name, index=False)
-        suites.append(str(tmp_path / name))
-        plan = f"gpu-multihost-08--{searcher}.json"
-        shutil.copy(fifth / "plans" / plan, tmp_path / "plans" / plan)
+    suites = [str(_round_subset(fifth, name, "gpu-multihost-08", [searcher], tmp_path))
+              for name, searcher in (("gpu-suite-multihost-rest-h100-round1.csv", "neuroshard"),
+                                     ("gpu-suite-multihost-torchrec-h100-round1.csv", "torchrec"))]
     collector = pd.read_parquet("data/profiles/h100/plan-ranks-multihost-fifth-h100.parquet")
     collector[collector.task == "gpu-multihost-08"].to_parquet(tmp_path / "ranks.parquet")
     ranks.main(["--profile", "h100", "--name", "t", "--out", str(tmp_path), "--ranks", str(tmp_path / "ranks.parquet"),

@@ -39,6 +39,10 @@ BAND_EDGES_MS = (0.5, 1.0, 2.0)
 MIN_BAND_SAMPLES = 200
 # Residuals are read off models that did not see the set (k-fold over the training split).
 FOLDS = 4
+# No op's time, moved to another host state (a label to the median's, a price to a reading's), drops
+# below this share of itself: a quicker host than any seen, or a reference spike the op did not feel,
+# cannot make it free or negative.
+MIN_SHARE = 0.1
 
 
 def _out_of_fold(sets: list[list[ShardSpec]], fwd_ms: np.ndarray, bwd_ms: np.ndarray, seed: int
@@ -100,15 +104,14 @@ class HostStateAdjustment:
 
     def apply(self, sets: list[list[ShardSpec]], fwd_ms: np.ndarray, bwd_ms: np.ndarray, ref_ms: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray]:
-        """The labels at the median host state. As in :func:`at_reference`, no label drops below a tenth of
-        its time as timed: a reference reading can spike without the op feeling it (on the fourth H100 it
-        read up to 3.2 ms beside ops of 0.6), and the linear share of such a spike would leave a label
-        negative."""
+        """The labels at the median host state, none below :data:`MIN_SHARE` of its time as timed: a
+        reference reading can spike without the op feeling it (on the fourth H100 it read up to 3.2 ms
+        beside ops of 0.6), and the linear share of such a spike would leave a label negative."""
         pred_f, pred_b = self._reader.predict(sets)
         excess = ref_ms - self.median_reference_ms
         out = []
         for pred, label, gain in ((pred_f, fwd_ms, self.fwd_gain), (pred_b, bwd_ms, self.bwd_gain)):
-            out.append(np.maximum(label - gain[_band(pred)] * excess, 0.1 * label))
+            out.append(np.maximum(label - gain[_band(pred)] * excess, MIN_SHARE * label))
         return out[0], out[1]
 
     def summary(self) -> dict[str, Any]:
@@ -134,8 +137,8 @@ def at_reference(summary: dict[str, Any], fwd_ms: np.ndarray, bwd_ms: np.ndarray
     """Predictions at a collection's median host state moved to the host state a reference reading says
     (``reference_ms``: one for all ops, or one per op), by the gains ``summary`` holds
     (:meth:`HostStateAdjustment.summary`, saved as a model's ``metadata["host_state"]``). Each op's band is
-    its own predicted length. An empty set stays 0, and no op is priced below a tenth of its median-state
-    time: a quicker host than any seen cannot make an op free."""
+    its own predicted length. An empty set stays 0, and no op is priced below :data:`MIN_SHARE` of its
+    median-state time: a quicker host than any seen cannot make an op free."""
     edges = np.asarray(summary["band_edges_ms"], float)
     excess = np.asarray(reference_ms, float) - float(summary["median_reference_ms"])
     out = []
@@ -143,7 +146,7 @@ def at_reference(summary: dict[str, Any], fwd_ms: np.ndarray, bwd_ms: np.ndarray
                     (np.asarray(bwd_ms, float), "bwd_ms_per_reference_ms")):
         gain = np.asarray(summary[key], float)
         moved = ms + gain[np.searchsorted(edges, ms, side="right")] * excess
-        out.append(np.where(ms > 0, np.maximum(moved, 0.1 * ms), 0.0))
+        out.append(np.where(ms > 0, np.maximum(moved, MIN_SHARE * ms), 0.0))
     return out[0], out[1]
 
 

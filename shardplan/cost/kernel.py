@@ -256,12 +256,15 @@ def time_reference(device: str = "cpu") -> float:
 
     On CPU the op is built afresh each time, as the ``cpu-2c`` references were taken. On a GPU it is
     built once per process: building costs tens of ms there against well under a ms of timing, and
-    two references bracket every sample."""
+    two references bracket every sample. Its first reading in a process is cold and is thrown away:
+    before the first plan of a suite round it read 8.0 ms on the fourth H100 (2026-11-27), 0.6-0.9 ms
+    after, which would have priced that plan at a host state none of its ops ran in."""
     if device not in _reference_inputs:
         _reference_inputs[device] = shard_inputs(list(REFERENCE_SPECS), 0, device)
     if torch.device(device).type == "cuda":
         if device not in _reference_ops:
             _reference_ops[device] = FusedOp(_reference_inputs[device], device=device)
+            _reference_ops[device].run(warmup=2, repeats=5)  # the cold reading, discarded
         t = _reference_ops[device].run(warmup=2, repeats=5)
     else:
         t = time_shards(_reference_inputs[device], warmup=2, repeats=5, device=device)
