@@ -100,6 +100,33 @@ def test_split_step_cuts_only_hot_tables(estimator, task_dict) -> None:
     assert len(env.units) > len(PlacementEnv(task, estimator).units)
 
 
+def test_spread_step_spreads_only_hot_tables_by_rows(estimator, task_dict) -> None:
+    """hot_spread_state spreads a hot whole table by rows: row-wise over every rank on one host; over several
+    hosts table-row-wise, each table on the host with the least hot cost so far; never a table the task keeps
+    off both spreads."""
+    from shardplan.search.neuroshard import _initial_state, hot_spread_state
+    from shardplan.search.placer import Placer
+
+    task = load_task(task_dict)
+    placer = Placer(task, estimator)
+    start = _initial_state(task)
+    assert hot_spread_state(task, start, placer, hot_share=100.0) == start  # nothing is that hot
+    assert hot_spread_state(task, start, placer, hot_share=1e-6) == (("rw", 0),) * 3
+    env = PlacementEnv(task, estimator, hot_share=1e-6, spread=True)
+    assert env.units == [] and len(env.fixed) == 3  # all spread: nothing left to place
+
+    task_dict["topology"].update(world_size=4, local_world_size=2, memory_per_rank_gb=1.0)
+    task_dict["tables"][1]["sharding_types"] = ["table_wise", "column_wise"]
+    task = load_task(task_dict)
+    placer = Placer(task, estimator)
+    costs = placer.table_costs()
+    state = hot_spread_state(task, _initial_state(task), placer, hot_share=1e-6)
+    assert state[1] == ("tw", 1)  # b may go neither row-wise nor table-row-wise
+    # a and c on a host each, the costlier first to host 0
+    first, second = (0, 2) if costs[0] >= costs[2] else (2, 0)
+    assert state[first] == ("twrw", 0) and state[second] == ("twrw", 1)
+
+
 def test_env_offers_a_rank_only_where_the_later_units_still_pack(estimator) -> None:
     """A rank with room now is masked if the later units would then fit nowhere; one that breaks the
     packing in hand but allows another is offered, and that packing is the one kept."""
@@ -153,7 +180,8 @@ def test_wide_tables_are_a_split_choice_of_their_own_that_never_costs_more(estim
 
     def init(self, *a, **kw):
         real_init(self, *a, **kw)
-        built.append((kw.get("wide", False), self.state))
+        if not kw.get("spread", False):  # the spread episodes are the next test's
+            built.append((kw.get("wide", False), self.state))
 
     monkeypatch.setattr(PlacementEnv, "__init__", init)
     both = RLSearcher(samples=2, policy_path=policy).plan(task, estimator, seed=0)
@@ -166,3 +194,30 @@ def test_wide_tables_are_a_split_choice_of_their_own_that_never_costs_more(estim
         monkeypatch.setattr(module, "wide_split_state", lambda task, state: state)
     plain_only = RLSearcher(samples=2, policy_path=policy).plan(task, estimator, seed=0)
     assert both.cost.max_ms <= plain_only.cost.max_ms
+
+
+def test_hot_tables_spread_by_rows_are_an_episode_kind_that_never_costs_more(estimator, policy, task_dict,
+                                                                             monkeypatch) -> None:
+    """Where a hot table can go by rows, the policy also places units with the hot tables so spread. Every
+    episode kind's best plan is polished before they are compared, so the plan is never dearer than without."""
+    from shardplan.search import rl, rl_env
+
+    task_dict["topology"]["memory_per_rank_gb"] = 1.0
+    task = load_task(task_dict)
+    polished = []
+    real_polish = rl.polish
+
+    def counted(*a, **kw):
+        polished.append(a[2])
+        return real_polish(*a, **kw)
+
+    monkeypatch.setattr(rl, "polish", counted)
+    spread = RLSearcher(samples=2, policy_path=policy).plan(task, estimator, seed=0)
+    # whole tables, hot tables cut, hot tables spread (no table here is wide)
+    assert len(polished) == 3
+    assert any(ts.sharding_type == "row_wise" for ts in polished[2])
+    monkeypatch.setattr(rl_env, "hot_spread_state", lambda task, state, placer, hot_share: state)
+    polished.clear()
+    cut_only = RLSearcher(samples=2, policy_path=policy).plan(task, estimator, seed=0)
+    assert len(polished) == 2
+    assert spread.cost.max_ms <= cut_only.cost.max_ms

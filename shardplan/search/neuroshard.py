@@ -202,6 +202,43 @@ def hot_split_state(task: Task, state: State, placer: Placer, hot_share: float =
     return _cut_whole_tables(task, state, solo, hot_share * float(solo.sum()) / task.topology.world_size)
 
 
+def hot_spread_state(task: Task, state: State, placer: Placer, hot_share: float = HOT_SHARE) -> State:
+    """``state`` with each hot whole table (as :func:`hot_split_state` judges it) spread over ranks by rows
+    instead of cut into column blocks: row-wise over every rank on one host; over several hosts
+    table-row-wise over one host's ranks, so its pooled output is reduced inside that host, each table on
+    the host with the least hot cost so far (costliest first). Row-wise where the task forbids
+    table-row-wise; left whole where it forbids both, or where its slices would leave no room
+    (:func:`_room_variants`: the first variant, which may cut a large table into column blocks).
+
+    Column blocks split a hot table's columns but every block still looks up every id: a small table
+    looked up many times a sample (``gpu-multihost-00``'s 200-row, pooling-150 table) stays one rank's
+    work whatever the cut. Rows split the lookups themselves. Like :func:`hot_split_state`, a rule for
+    searchers that only place units (``rl``), not a search.
+    """
+    solo = placer.table_costs()
+    limit = hot_share * float(solo.sum()) / task.topology.world_size
+    topo = task.topology
+    load = [0.0] * topo.num_hosts
+    out = state
+    for i in sorted(range(len(task.tables)), key=lambda i: (-solo[i], task.tables[i].name)):
+        t = task.tables[i]
+        if solo[i] <= limit or out[i] not in (("tw", 1), ("cw", 1)):
+            continue
+        if topo.num_hosts > 1 and t.allows("table_row_wise"):
+            host = min(range(topo.num_hosts), key=lambda h: (load[h], h))
+            spread: tuple[str, int] = ("twrw", host)
+        elif t.allows("row_wise") and topo.world_size > 1:
+            spread = ("rw", 0)
+        else:
+            continue
+        room = _room_variants(task, out[:i] + (spread,) + out[i + 1:])
+        if room:
+            out = room[0]
+            if spread[0] == "twrw":
+                load[spread[1]] += float(solo[i])
+    return out
+
+
 # A whole table wider than this many times a rank's share of all tables' columns is cut in the second
 # beam's start (wide_split_state).
 WIDE_SLACK = 1.25

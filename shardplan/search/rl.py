@@ -13,12 +13,15 @@ Meta-like pool (even table indices); the other half is kept for evaluation.
 Planning (``--searcher rl``) decodes greedily and, with ``samples > 0``, also
 samples that many plans, each refined by the grid search's local improvement,
 keeping the best by predicted cost. A 60-table task is one forward pass per
-table. This runs twice: on whole tables, and with the hot tables cut into
-column blocks first (the split step, :data:`SPLIT_CHOICES`), and, where some
-tables are much wider than a rank's share of the columns, each again with
-those cut too (:func:`~.neuroshard.wide_split_state`); the cheapest plan by
-predicted cost wins and is finished by the pairwise polish
-(:func:`~.polish.polish`). Training episodes see the first two kinds of unit.
+table. This runs once per kind of episode: on whole tables, and with the hot
+tables cut into column blocks first (the split step, :data:`SPLIT_CHOICES`);
+where some tables are much wider than a rank's share of the columns, each
+again with those cut too (:func:`~.neuroshard.wide_split_state`); and, where
+some hot table may go by rows, with the hot tables spread row-wise (over
+several hosts, table-row-wise on one host's ranks;
+:func:`~.neuroshard.hot_spread_state`). Each kind's best plan is finished by
+the pairwise polish (:func:`~.polish.polish`) and the cheapest polished plan
+by predicted cost wins. Training episodes see the first two kinds of unit.
 """
 from __future__ import annotations
 
@@ -145,38 +148,43 @@ class RLSearcher(Searcher):
         net, meta = _read_policy(str(path), path.stat().st_mtime_ns)
         _check_profile(path, meta, estimator.profile)
         placer = Placer(task, estimator)
-        plain = [PlacementEnv(task, estimator, hot_share, placer) for hot_share in SPLIT_CHOICES]
-        bests = [self._best(plain, net, seed)]
-        # Then each split choice again with the tables much wider than a rank's column share cut, where
-        # that cuts something. The best plan of each family is polished before the two are compared:
-        # the polish moves a plan more than the cut does (gpu-multihost-06: 2.35 ms polished from the
-        # plain family, 2.96 from the wide one, which came lower unpolished); a tie keeps the plain one.
-        wide = [PlacementEnv(task, estimator, hot_share, placer, wide=True)
-                for hot_share, p in zip(SPLIT_CHOICES, plain) if wide_split_state(task, p.state) != p.state]
-        if wide:
-            bests.append(self._best(wide, net, seed))
-        bests = [b for b in bests if b is not None]
+        envs = [PlacementEnv(task, estimator, hot_share, placer) for hot_share in SPLIT_CHOICES]
+        # Each split choice again with the tables much wider than a rank's column share cut, where that
+        # cuts something; and, where some hot table can go by rows, the hot tables spread so (with the
+        # wide cut too, where it cuts something): column blocks leave every id's lookups on each block's
+        # rank, which no cut spreads (gpu-multihost-00's 200-row table of pooling 150).
+        envs += [PlacementEnv(task, estimator, hot_share, placer, wide=True)
+                 for hot_share, e in zip(SPLIT_CHOICES, envs) if wide_split_state(task, e.state) != e.state]
+        spread = PlacementEnv(task, estimator, HOT_SHARE, placer, spread=True)
+        if spread.state != envs[SPLIT_CHOICES.index(HOT_SHARE)].state:
+            envs.append(spread)
+            if wide_split_state(task, spread.state) != spread.state:
+                envs.append(PlacementEnv(task, estimator, HOT_SHARE, placer, wide=True, spread=True))
+        bests = [b for b in (self._best(env, net, seed) for env in envs) if b is not None]
         if not bests:
             raise InfeasibleError("task", f"the policy's plans ({1 + self.samples}) all overflow a rank's memory",
                                   "use a packing searcher (neuroshard, greedy-size) or raise memory_per_rank_gb")
         if not self.pairwise_polish:
             return min(bests, key=lambda b: b[0])[1]
+        # Each episode kind's best is polished before they are compared: the polish moves a plan more
+        # than the cut does, and the kind that comes cheapest unpolished is often not the cheapest
+        # polished (gpu-multihost-00: 3.99 ms from whole tables, 2.66 from the hot ones cut, which came
+        # 4.05 unpolished). A tie keeps the earlier kind.
         return cheapest_first(task, estimator, [polish(task, estimator, b[1], placer) for b in bests])[0]
 
-    def _best(self, envs: list[PlacementEnv], net: PolicyNet, seed: int) -> tuple[float, list[TableSharding]] | None:
-        """The policy's best plan over ``envs`` (greedy decoding and ``samples`` sampled, each refined), by
+    def _best(self, env: PlacementEnv, net: PolicyNet, seed: int) -> tuple[float, list[TableSharding]] | None:
+        """The policy's best plan in ``env`` (greedy decoding and ``samples`` sampled, each refined), by
         the episode's predicted cost; None where every one overflows a rank's memory."""
         best: tuple[float, list[TableSharding]] | None = None
-        for env in envs:
-            rng = np.random.default_rng(seed)
-            for k in range(1 + self.samples):
-                rollout(env, net, "greedy" if k == 0 else "sample", rng)
-                if env.overflowed:
-                    continue
-                env.refine()
-                cost = env.plan_cost()
-                if best is None or cost < best[0]:
-                    best = (cost, env.tables())
+        rng = np.random.default_rng(seed)
+        for k in range(1 + self.samples):
+            rollout(env, net, "greedy" if k == 0 else "sample", rng)
+            if env.overflowed:
+                continue
+            env.refine()
+            cost = env.plan_cost()
+            if best is None or cost < best[0]:
+                best = (cost, env.tables())
         return best
 
 

@@ -5,7 +5,8 @@ predicted cost. Units are whole tables, except that a table too large for one
 rank is first cut into column blocks, or row-wise, as the NeuroShard searchers
 start; with ``hot_share``, a table predicted to cost more than that share of a
 rank's fair share is cut into column blocks too
-(:func:`~shardplan.search.neuroshard.hot_split_state`), and, as a choice of its own, the tables much
+(:func:`~shardplan.search.neuroshard.hot_split_state`), or, with ``spread``, spread over ranks by rows
+(:func:`~shardplan.search.neuroshard.hot_spread_state`), and, as a choice of its own, the tables much
 wider than a rank's share of the columns. The observation for a step is one feature
 row per rank, built from the learned cost model: the rank's predicted cost now
 and if it takes the unit (the fused-kernel prediction, via the model's
@@ -29,7 +30,7 @@ import numpy as np
 from ..cost.estimator import PlanEstimator
 from ..domain import Plan, TableSharding, Task
 from ..memory import capacity_bytes
-from .neuroshard import _initial_state, _materialise, hot_split_state, wide_split_state
+from .neuroshard import HOT_SHARE, _initial_state, _materialise, hot_split_state, hot_spread_state, wide_split_state
 from .placer import Placer, Unit
 
 RANK_FEATURES = ("cost_now", "cost_after", "after_minus_max_now", "after_minus_min_after", "mem_after",
@@ -40,14 +41,19 @@ class PlacementEnv:
     """One task's placement episode over the predicted costs of ``estimator``."""
 
     def __init__(self, task: Task, estimator: PlanEstimator, hot_share: float | None = None,
-                 placer: Placer | None = None, wide: bool = False) -> None:
+                 placer: Placer | None = None, wide: bool = False, spread: bool = False) -> None:
         """``placer``: one already made for this task and estimator, to reuse its shard encodings
         (the rl searcher builds an episode per split choice of the same task). ``wide``: also cut the
-        tables much wider than a rank's share of the columns (:func:`~.neuroshard.wide_split_state`)."""
+        tables much wider than a rank's share of the columns (:func:`~.neuroshard.wide_split_state`).
+        ``spread``: first spread the hot tables by rows (:func:`~.neuroshard.hot_spread_state`, at
+        ``hot_share``, else :data:`~.neuroshard.HOT_SHARE`); the hot tables left whole are then cut
+        as ``hot_share`` says."""
         self.task = task
         self.est = estimator
         self.placer = placer or Placer(task, estimator)
         state = _initial_state(task)
+        if spread:
+            state = hot_spread_state(task, state, self.placer, HOT_SHARE if hot_share is None else hot_share)
         if hot_share is not None:
             state = hot_split_state(task, state, self.placer, hot_share)
         if wide:
