@@ -283,6 +283,29 @@ def test_disturbed_timings_are_retried(monkeypatch):
     assert (b.ref_before_ms, b.ref_after_ms, b.attempts) == (2.0, 2.2, 2)
 
 
+def test_a_profiles_retry_pause_is_the_collectors_wait(monkeypatch):
+    """A profile may set the pause before a retry (``retry_pause_s``, times the attempt number): the nested
+    guest's reference jitters from one timing to the next, where one second a retry made collection 10x
+    slower. Unset, the kernel's RETRY_PAUSE_S holds (the committed CPU profiles)."""
+    from dataclasses import replace
+
+    from shardplan.cost import kernel
+    from shardplan.cost.collect import timed_row
+
+    slept: list[float] = []
+    monkeypatch.setattr(kernel.time, "sleep", slept.append)
+    monkeypatch.setattr(kernel, "RETRY_PAUSE_S", 0.7)
+    specs = [ShardSpec("x", 500, 0, 500, 8, 2.0, 0.5, 64)]
+    for pause, waits in ((None, [0.7, 1.4]), (0.1, [0.1, 0.2])):
+        refs = iter([3.0, 3.1, 2.0, 2.2, 1.0, 1.05])  # the third attempt is quiet: two waits
+        monkeypatch.setattr(kernel, "time_reference", lambda device="cpu": next(refs))
+        profile = replace(get_profile("cpu-2c"), retry_pause_s=pause)
+        row = timed_row(specs, "sgd", "fp32", profile, 0, 1, 2, quiet_ms=1.0)
+        assert row["attempts"] == 3 and slept == pytest.approx(waits)
+        slept.clear()
+    assert get_profile("cpu-2c").retry_pause_s is None and "retry_pause_s" not in get_profile("cpu-2c").to_json()
+
+
 def test_probe_gated_collection_accepts_a_steady_slowdown_but_retries_a_burst(monkeypatch):
     """Under MEASURE_SLOW_LIMIT (the collector behind the fitness probe) a steadily 1.6x slow timing is
     kept (it divides out) and one whose speed changed during it is retried; the collector's default

@@ -131,9 +131,11 @@ def test_the_committed_profiles_are_read_from_their_folders():
     """Each profile's protocol lives in its folder's profile.json (the files other tools read), and the
     registry holds exactly those: the CPU VMs' protocol (3 warm-up, median of 10) and the GPUs' (2, 5)."""
     found, broken = profiles.load_profiles(profiles.PROFILE_DIR)
-    assert broken == {} and list(found) == ["cpu-2c", "cpu-2c-xeon", "h100", "h200"] == list(profiles.PROFILES)
+    names = ["cpu-2c", "cpu-2c-nested", "cpu-2c-xeon", "h100", "h200"]
+    assert broken == {} and list(found) == names == list(profiles.PROFILES)
     assert (found["cpu-2c"].cpu_model, found["cpu-2c"].repeats, found["cpu-2c"].threads) == (AMD, 10, 1)
     assert (found["h100"].device, found["h100"].warmup, found["h100"].repeats) == ("cuda", 2, 5)
+    assert found["cpu-2c-nested"].retry_pause_s == 0.1  # the nested guest's reference jitters op to op
     for p in found.values():
         assert profiles.Profile.from_json(p.to_json()) == p
 

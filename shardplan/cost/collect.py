@@ -98,7 +98,8 @@ def timed_row(specs: list[ShardSpec], optimizer: str, dtype: str, profile: Profi
     or changed speed during the timing; recorded), the load and the date."""
     before = load1()
     b = time_specs_bracketed(specs, optimizer, dtype, profile.device, id_seed, warmup, repeats,
-                             quiet_ms=quiet_ms, max_attempts=collect_attempts(profile), slow_limit=slow_limit)
+                             quiet_ms=quiet_ms, max_attempts=collect_attempts(profile), slow_limit=slow_limit,
+                             pause_s=profile.retry_pause_s)
     t = b.timing
     return {**spec_columns(specs), "id_seed": id_seed, "fwd_ms": t.fwd_ms, "bwd_ms": t.bwd_ms,
             "fwd_samples_ms": list(t.fwd_samples_ms), "bwd_samples_ms": list(t.bwd_samples_ms),

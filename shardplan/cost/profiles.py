@@ -81,6 +81,7 @@ class Profile:
     cpu_model: str = ""
     warmup: int = 3
     repeats: int = 10
+    retry_pause_s: float | None = None  # None: kernel.RETRY_PAUSE_S
     published: PublishedFigures | None = None  # GPU profiles (required there); a CPU's comm is measured
 
     @property
@@ -97,8 +98,9 @@ class Profile:
     def to_json(self) -> dict[str, object]:
         """The ``shardplan/profile@1`` document of this profile."""
         doc = {"format": PROFILE_FORMAT, **asdict(self), "collect_batch_sizes": list(self.collect_batch_sizes)}
-        if self.published is None:
-            del doc["published"]
+        for optional in ("published", "retry_pause_s"):
+            if doc[optional] is None:
+                del doc[optional]
         return doc
 
     @classmethod
@@ -138,6 +140,7 @@ class _ProfileModel(BaseModel):
     cpu_model: str = ""
     warmup: NonNegInt = 3
     repeats: PosInt = 10
+    retry_pause_s: NonNegFloat | None = None
     published: _PublishedModel | None = None
 
     @model_validator(mode="after")
