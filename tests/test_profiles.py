@@ -104,12 +104,15 @@ def test_the_probe_tells_a_machine_that_only_shares_the_cpus_name(host, monkeypa
     from shardplan.cost.fitness import Fitness
 
     host(AMD)
-    readings = {"cpu-2c": Fitness(0.60, 4.43, 0.65)}  # session 39's AMD guest: ranks 2.7x their labels undivided
+    # two committed profiles call their CPU AMD EPYC; the probe re-times the one run takes, the later trained
+    own = profiles.host_profile().name
+    assert own == "cpu-2c-nested" and [p.name for p in profiles.host_profiles()] == [own, "cpu-2c"]
+    readings = {own: Fitness(0.60, 4.43, 0.65)}  # session 39's guest on cpu-2c: ranks 2.7x their labels undivided
     monkeypatch.setattr(fitness, "probe", lambda profile: readings.get(profile.name))
     assert main(["profiles", "--probe"]) == 0
     out = capsys.readouterr().out
-    assert "probe (cpu-2c)" in out and "2.66x their labels" in out and "does not run like the one" in out
-    readings["cpu-2c"] = Fitness(1.02, 1.10, 1.0)  # the labels' own host
+    assert f"probe ({own})" in out and "2.66x their labels" in out and "does not run like the one" in out
+    readings[own] = Fitness(1.02, 1.10, 1.0)  # the labels' own host
     assert main(["profiles", "--probe"]) == 0
     out = capsys.readouterr().out
     assert "1.12x their labels" in out and "does not run like" not in out
