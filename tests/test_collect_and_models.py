@@ -285,8 +285,8 @@ def test_disturbed_timings_are_retried(monkeypatch):
 
 def test_a_profiles_retry_pause_is_the_collectors_wait(monkeypatch):
     """A profile may set the pause before a retry (``retry_pause_s``, times the attempt number): the nested
-    guest's reference jitters from one timing to the next, where one second a retry made collection 10x
-    slower. Unset, the kernel's RETRY_PAUSE_S holds (the committed CPU profiles)."""
+    guest's reference jitters from one timing to the next, and a one-second pause per retry made its
+    collection about 10x slower. Unset, the kernel's RETRY_PAUSE_S holds (the committed CPU profiles)."""
     from dataclasses import replace
 
     from shardplan.cost import kernel
