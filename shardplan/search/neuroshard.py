@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Sequence
 
+import numpy as np
+
 from ..cost.estimator import PlanEstimator
 from ..domain import Plan, Shard, Table, TableSharding, Task, Topology
 from ..errors import InfeasibleError
@@ -191,6 +193,12 @@ def _cut_whole_tables(task: Task, state: State, sizes: Sequence[float], limit: f
     return tuple(out)
 
 
+def hot_limit(task: Task, solo: np.ndarray, hot_share: float) -> float:
+    """The predicted cost above which a whole table is hot: ``hot_share`` of the ideal per-rank compute
+    (every table's cost alone, ``solo``, over the ranks). One rule for the split and the spread steps."""
+    return hot_share * float(solo.sum()) / task.topology.world_size
+
+
 def hot_split_state(task: Task, state: State, placer: Placer, hot_share: float = HOT_SHARE) -> State:
     """``state`` with each hot whole table cut into the fewest column blocks (2, 4, 8, ...; at most its
     dim / 4 and the ranks) whose predicted share is within ``hot_share`` of the ideal per-rank compute.
@@ -199,7 +207,7 @@ def hot_split_state(task: Task, state: State, placer: Placer, hot_share: float =
     for searchers that only place units (``rl``).
     """
     solo = placer.table_costs()
-    return _cut_whole_tables(task, state, solo, hot_share * float(solo.sum()) / task.topology.world_size)
+    return _cut_whole_tables(task, state, solo, hot_limit(task, solo, hot_share))
 
 
 def hot_spread_state(task: Task, state: State, placer: Placer, hot_share: float = HOT_SHARE) -> State:
@@ -216,7 +224,7 @@ def hot_spread_state(task: Task, state: State, placer: Placer, hot_share: float 
     searchers that only place units (``rl``), not a search.
     """
     solo = placer.table_costs()
-    limit = hot_share * float(solo.sum()) / task.topology.world_size
+    limit = hot_limit(task, solo, hot_share)
     topo = task.topology
     load = [0.0] * topo.num_hosts
     out = state
