@@ -5,8 +5,10 @@
 how far apart the labels are: fwd+bwd ms, raw and divided by each timing's
 machine slowdown (the training labels), as the mean and median relative
 difference, with each file's slowdown and the retimer's attempts. Pass
-several NEW files to compare them with each other too. Prints a table and
-writes ``<out>.md``.
+several NEW files to compare them with each other too. ``--window-s W ...``
+adds the labels divided by the median slowdown of the timings within W/2 s
+(``shardplan.cost.labels``; a profile's ``slowdown_window_s``), one row per
+window. Prints a table and writes ``<out>.md``.
 
     .venv/bin/python bench/label_repeatability.py OLD.parquet NEW.parquet --out data/profiles/cpu-2c/label-repeatability
 """
@@ -24,14 +26,18 @@ import pandas as pd
 from tabulate import tabulate
 
 from shardplan.cost.kernel import slowdown
+from shardplan.cost.labels import label_slowdowns
 from shardplan.cost.profiles import get_profile, reference_ms
 from shardplan.errors import exit_status
 from shardplan.formats import write_text_atomic
 
 
-def _labels(df: pd.DataFrame, nominal: float) -> tuple[np.ndarray, np.ndarray]:
+def _with_labels(df: pd.DataFrame, nominal: float, windows: list[float]) -> pd.DataFrame:
+    """``df`` with ``raw`` and a ``label@W`` column per window (``label@0``: each timing's own slowdown),
+    divided over the whole file before any rows are paired off (as training divides it)."""
     raw = (df["fwd_ms"] + df["bwd_ms"]).to_numpy()
-    return raw, raw / slowdown(df["ref_before_ms"].to_numpy(), df["ref_after_ms"].to_numpy(), nominal)
+    return df.assign(raw=raw, **{f"label@{w:g}": raw / label_slowdowns(df, nominal, w or None)
+                                 for w in [0.0, *windows]})
 
 
 def _rel(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -39,13 +45,13 @@ def _rel(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.abs(a - b) / (0.5 * (a + b))
 
 
-def compare(files: list[Path], nominal: float) -> tuple[list[dict], int]:
+def compare(files: list[Path], nominal: float, windows: list[float]) -> tuple[list[dict], int]:
     frames = []
     for f in files:
         df = pd.read_parquet(f)
-        df = df[df["source"] != "plan-rank-infeasible"]
         if "src_row" not in df:  # the original file: its row numbers are what the re-timings point at
             df = df.assign(src_row=df.index)
+        df = _with_labels(df[df["source"] != "plan-rank-infeasible"], nominal, windows)
         frames.append(df.set_index("src_row"))
     common = frames[0].index
     for df in frames[1:]:
@@ -53,15 +59,18 @@ def compare(files: list[Path], nominal: float) -> tuple[list[dict], int]:
     frames = [df.loc[common] for df in frames]
     rows = []
     for (fa, a), (fb, b) in itertools.combinations(zip(files, frames), 2):
-        raw_a, lab_a = _labels(a, nominal)
-        raw_b, lab_b = _labels(b, nominal)
-        r_raw, r_lab = _rel(raw_a, raw_b), _rel(lab_a, lab_b)
-        rows.append({"pair": f"{fa} vs {fb}", "sets": len(common),
-                     "labels: mean diff": f"{r_lab.mean() * 100:.1f}%",
-                     "labels: median diff": f"{np.median(r_lab) * 100:.1f}%",
-                     "labels: within 10%": f"{(r_lab <= 0.10).mean() * 100:.0f}%",
-                     "labels: median second / first": f"{np.median(lab_b / lab_a):.3f}",  # a shift, not noise
-                     "raw: mean diff": f"{r_raw.mean() * 100:.1f}%"})
+        r_raw = _rel(a["raw"].to_numpy(), b["raw"].to_numpy())
+        for w in [0.0, *windows]:
+            lab_a, lab_b = a[f"label@{w:g}"].to_numpy(), b[f"label@{w:g}"].to_numpy()
+            r_lab = _rel(lab_a, lab_b)
+            rows.append({"pair": f"{fa} vs {fb}", "sets": len(common),
+                         "divided by": f"the median within {w / 2:g} s" if w else "its own references",
+                         "labels: mean diff": f"{r_lab.mean() * 100:.1f}%",
+                         "labels: median diff": f"{np.median(r_lab) * 100:.1f}%",
+                         "labels: within 10%": f"{(r_lab <= 0.10).mean() * 100:.0f}%",
+                         "labels: median second / first": f"{np.median(lab_b / lab_a):.3f}",  # a shift, not noise
+                         "raw: mean diff": f"{r_raw.mean() * 100:.1f}%", "raw: median diff":
+                         f"{np.median(r_raw) * 100:.1f}%"})
     return rows, len(common)
 
 
@@ -81,6 +90,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="+", type=Path, help="the original cost-data file first, then its re-timings")
     ap.add_argument("--profile", default="cpu-2c")
+    ap.add_argument("--window-s", type=float, nargs="*", default=[],
+                    help="also divide by the median slowdown over windows of these many seconds")
     ap.add_argument("--out", required=True, help="report path without suffix")
     args = ap.parse_args()
     if len(args.files) < 2:
@@ -88,7 +99,7 @@ def main() -> None:
     nominal = reference_ms(get_profile(args.profile))
     if nominal is None:
         ap.error(f"profile {args.profile} has no reference.json (run shardplan train first)")
-    pairs, n = compare(args.files, nominal)
+    pairs, n = compare(args.files, nominal, args.window_s)
     files = describe(args.files, nominal)
     md = "\n".join([
         f"# Label repeatability: {args.files[0].name}", "",

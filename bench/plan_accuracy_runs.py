@@ -180,17 +180,24 @@ def main() -> None:
           f"**Model vs consensus** ({len(meas)} ranks): MAPE {pct(overall['mape'])}, median {pct(overall['median'])}, "
           f"within {TOLERANCE:.0%}: {pct(overall['within'])} of ranks, worst {pct(overall['worst'])}; "
           f"median signed error {overall['bias'] * 100:+.1f}% (negative: predicted below measured).", "",
-          "Each run against the consensus of the others, and the model against that run alone:", "",
-          "| run | level vs others | median gap to others | ranks beyond 15% | model MAPE vs run | model within 15% |",
-          "| --- | --- | --- | --- | --- | --- |"]
-    md += [f"| `{r['run']}` | {r['level']:.3f} | {pct(r['gap_median'])} | {pct(r['beyond'])} | "
-           f"{pct(r['model_mape'])} | {pct(r['model_within'])} |" for r in per_run]
-    md += ["", "Per rank (`runs within 15%`: the share of runs within 15% of the consensus):", "",
-           "| task | rank | predicted ms | consensus ms | error | runs' range ms | runs' spread | runs within 15% |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    md += [f"| {t} | {r} | {x.predicted_ms:.2f} | {x.consensus_ms:.2f} | {x.error * 100:+.1f}% | "
-           f"{x.min_ms:.2f}-{x.max_ms:.2f} | {pct(x.run_spread)} | {pct(x.runs_within)} |"
-           for (t, r), x in table.iterrows()]
+          ]
+    if per_run:
+        md += ["Each run against the consensus of the others, and the model against that run alone:", "",
+               "| run | level vs others | median gap to others | ranks beyond 15% | model MAPE vs run "
+               "| model within 15% |", "| --- | --- | --- | --- | --- | --- |"]
+        md += [f"| `{r['run']}` | {r['level']:.3f} | {pct(r['gap_median'])} | {pct(r['beyond'])} | "
+               f"{pct(r['model_mape'])} | {pct(r['model_within'])} |" for r in per_run]
+        md += ["", "Per rank (`runs within 15%`: the share of runs within 15% of the consensus):", "",
+               "| task | rank | predicted ms | consensus ms | error | runs' range ms | runs' spread "
+               "| runs within 15% |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        md += [f"| {t} | {r} | {x.predicted_ms:.2f} | {x.consensus_ms:.2f} | {x.error * 100:+.1f}% | "
+               f"{x.min_ms:.2f}-{x.max_ms:.2f} | {pct(x.run_spread)} | {pct(x.runs_within)} |"
+               for (t, r), x in table.iterrows()]
+    else:  # one run: no spread to show, and its consensus is the run itself
+        md += ["One run: nothing to compare it with, so no spread over runs.", "", "Per rank:", "",
+               "| task | rank | predicted ms | measured ms | error |", "| --- | --- | --- | --- | --- |"]
+        md += [f"| {t} | {r} | {x.predicted_ms:.2f} | {x.consensus_ms:.2f} | {x.error * 100:+.1f}% |"
+               for (t, r), x in table.iterrows()]
     write_text_atomic(out / f"{stem}.md", "\n".join(md) + "\n")
     print("\n".join(md))
 

@@ -306,6 +306,31 @@ def test_a_profiles_retry_pause_is_the_collectors_wait(monkeypatch):
     assert get_profile("cpu-2c").retry_pause_s is None and "retry_pause_s" not in get_profile("cpu-2c").to_json()
 
 
+def test_a_profiles_slowdown_window_takes_one_references_jitter_out_of_a_label():
+    """With ``slowdown_window_s`` a timing is divided by the median slowdown of the timings within half the
+    window of it: one jittery reference moves its own label no more, a drift minutes long still divides
+    out, an undated row keeps its own slowdown, and each row's divisor is its own whatever the frame's order.
+    Unset, each label is over its own references (every profile before the nested guest's)."""
+    from shardplan.cost.labels import label_slowdowns
+
+    t0 = pd.Timestamp("2026-11-27T08:00:00Z")
+    slow = [1.0] * 10 + [1.5] * 10  # the host slows by half after 100 s, for good
+    refs = [s * 2.0 for s in slow]
+    refs[4] = 6.0  # one reference read three times its neighbours', the kernels did not
+    df = pd.DataFrame({"ref_before_ms": refs, "ref_after_ms": refs,
+                       "date": [(t0 + pd.Timedelta(seconds=10 * i)).isoformat() for i in range(20)]})
+    df.loc[19, "date"] = None
+    own = label_slowdowns(df, 2.0)
+    assert own[4] == pytest.approx(3.0) and own.tolist() == label_slowdowns(df, 2.0, None).tolist()
+    smoothed = label_slowdowns(df, 2.0, window_s=45.0)  # the two timings either side
+    assert smoothed[4] == pytest.approx(1.0)  # the jitter is gone
+    assert smoothed[0] == pytest.approx(1.0) and smoothed[15] == pytest.approx(1.5)  # the drift is kept
+    assert smoothed[19] == own[19] == pytest.approx(1.5)  # no date: its own
+    shuffled = df.sample(frac=1.0, random_state=0)
+    assert label_slowdowns(shuffled, 2.0, 45.0) == pytest.approx(smoothed[shuffled.index.to_numpy()])
+    assert get_profile("cpu-2c").slowdown_window_s is None and "slowdown_window_s" not in get_profile("cpu-2c").to_json()
+
+
 def test_probe_gated_collection_accepts_a_steady_slowdown_but_retries_a_burst(monkeypatch):
     """Under MEASURE_SLOW_LIMIT (the collector behind the fitness probe) a steadily 1.6x slow timing is
     kept (it divides out) and one whose speed changed during it is retried; the collector's default

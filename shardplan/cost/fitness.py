@@ -45,7 +45,8 @@ from tqdm import tqdm
 
 from ..errors import MachineUnfitError
 from .collect import row_id_seed  # the collector's id-seed rule, so the ids match the label's
-from .kernel import MEASURE_SLOW_LIMIT, QUIET_TOLERANCE, slowdown, time_specs_bracketed
+from .kernel import MEASURE_SLOW_LIMIT, QUIET_TOLERANCE, time_specs_bracketed
+from .labels import label_slowdowns
 from .profiles import Profile, reference_ms
 from .specs import ShardSpec, specs_from_json
 
@@ -101,21 +102,22 @@ class StoredRank:
     optimizer: str
     dtype: str
     id_seed: int
-    label_ms: float  # stored fwd+bwd, divided by its own slowdown
+    label_ms: float  # stored fwd+bwd, divided as training divides it (labels.py)
 
 
 def labelled_ranks(profile: Profile) -> pd.DataFrame:
     """The profile's stored plan ranks timed under the quiet gate, with ``label`` (fwd+bwd ms over
-    their own slowdown); empty where the profile has none or no quiet reference."""
+    the slowdown training divides them by: :func:`.labels.label_slowdowns`); empty where the profile has
+    none or no quiet reference."""
     path = profile.dir / "compute-ranks.parquet"
     quiet = reference_ms(profile)
     if not path.exists() or not quiet:
         return pd.DataFrame()
     df = pd.read_parquet(path)
+    df["label"] = (df.fwd_ms + df.bwd_ms) / label_slowdowns(df, quiet, profile.slowdown_window_s)  # as trained
     df = df[df.source == "plan-rank"].copy()
     if "slow_limit" in df:  # only labels taken under the quiet gate (not those the probe itself let in)
         df = df[df.slow_limit.isna() | (df.slow_limit <= QUIET_TOLERANCE)]
-    df["label"] = (df.fwd_ms + df.bwd_ms) / slowdown(df.ref_before_ms, df.ref_after_ms, quiet)
     return df
 
 

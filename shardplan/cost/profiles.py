@@ -68,6 +68,9 @@ class Profile:
     the model learns from exactly the instrument that later checks it. A lent GPU is the
     process's alone and CUDA events time it to the microsecond, so the GPU profiles time
     over fewer calls (2 warm-up, median of 5): a short lease then holds twice the samples.
+    ``retry_pause_s``: the collector's pause before a retry, times the attempt number.
+    ``slowdown_window_s``: how a CPU timing's label is divided (:mod:`.labels`): unset, by the slowdown its
+    own reference timings show; set, by the median slowdown of the timings within half that many seconds.
     """
 
     name: str
@@ -82,6 +85,7 @@ class Profile:
     warmup: int = 3
     repeats: int = 10
     retry_pause_s: float | None = None  # None: kernel.RETRY_PAUSE_S
+    slowdown_window_s: float | None = None  # None: each label over its own references (labels.py)
     published: PublishedFigures | None = None  # GPU profiles (required there); a CPU's comm is measured
 
     @property
@@ -98,7 +102,7 @@ class Profile:
     def to_json(self) -> dict[str, object]:
         """The ``shardplan/profile@1`` document of this profile."""
         doc = {"format": PROFILE_FORMAT, **asdict(self), "collect_batch_sizes": list(self.collect_batch_sizes)}
-        for optional in ("published", "retry_pause_s"):
+        for optional in ("published", "retry_pause_s", "slowdown_window_s"):
             if doc[optional] is None:
                 del doc[optional]
         return doc
@@ -141,6 +145,7 @@ class _ProfileModel(BaseModel):
     warmup: NonNegInt = 3
     repeats: PosInt = 10
     retry_pause_s: NonNegFloat | None = None
+    slowdown_window_s: PosFloat | None = None
     published: _PublishedModel | None = None
 
     @model_validator(mode="after")

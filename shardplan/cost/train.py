@@ -27,7 +27,8 @@ from ..formats import write_json_atomic, write_text_atomic
 from .baselines import GBMCostModel, RooflineCostModel
 from .collect import data_kinds
 from .host_state import HostStateAdjustment, sample_reference_ms
-from .kernel import REFERENCE_SPECS, slowdown
+from .kernel import REFERENCE_SPECS
+from .labels import label_slowdowns
 from .model import NeuralCostModel, check_context_code
 from .profiles import Profile
 from .specs import ShardSpec, specs_from_json
@@ -64,17 +65,20 @@ def reference_nominal(df: pd.DataFrame) -> float:
     return float(np.percentile(np.concatenate([df["ref_before_ms"], df["ref_after_ms"]]), REFERENCE_PERCENTILE))
 
 
-def load_sets(path: Path, nominal: float | None = None, source: str | None = None
-              ) -> tuple[list[list[ShardSpec]], np.ndarray, np.ndarray, pd.DataFrame]:
-    """Shard sets and their fwd/bwd ms; with ``nominal``, divided by each sample's slowdown.
+def load_sets(path: Path, nominal: float | None = None, source: str | None = None,
+              window_s: float | None = None) -> tuple[list[list[ShardSpec]], np.ndarray, np.ndarray, pd.DataFrame]:
+    """Shard sets and their fwd/bwd ms; with ``nominal``, divided by each sample's slowdown (over the
+    timings within ``window_s`` of it where that is given: :func:`.labels.label_slowdowns`).
     ``source`` keeps only the rows of that source (e.g. ``plan-rank``)."""
     df = pd.read_parquet(path)
+    if nominal is not None:  # smoothed over the whole file's timings, before a source is picked from it
+        df["_slowdown"] = label_slowdowns(df, nominal, window_s)
     if source is not None:
         df = df[df["source"] == source].reset_index(drop=True)
     sets = [specs_from_json(s) for s in df["shards"]]
     fwd, bwd = df["fwd_ms"].to_numpy(), df["bwd_ms"].to_numpy()
     if nominal is not None:
-        factor = slowdown(df["ref_before_ms"].to_numpy(), df["ref_after_ms"].to_numpy(), nominal)
+        factor = df.pop("_slowdown").to_numpy()
         fwd, bwd = fwd / factor, bwd / factor
     return sets, fwd, bwd, df
 
@@ -200,7 +204,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     # GPU the reference (a fraction of a ms) reads the host's launch jitter, which only short ops feel:
     # the labels lose the share of it each op's length shows on the training split (host_state.py).
     divisor = nominal if profile.device == "cpu" else None
-    sets, fwd, bwd, df = load_sets(data_dir / "compute.parquet", divisor)
+    window = profile.slowdown_window_s
+    sets, fwd, bwd, df = load_sets(data_dir / "compute.parquet", divisor, window_s=window)
     kinds = data_kinds(df)
     if len(kinds) > 1:  # the model has no feature for either, and would price a blend of both
         raise InputError(str(data_dir / "compute.parquet"), f"holds timings of {len(kinds)} optimizer/dtype pairs "
@@ -240,7 +245,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     ranks_path = data_dir / "compute-ranks.parquet"
     rank_split = None
     if ranks_path.exists():  # whole ranks of real plans; held out by task
-        rsets, rf, rb, rdf = load_sets(ranks_path, divisor, source="plan-rank")
+        rsets, rf, rb, rdf = load_sets(ranks_path, divisor, source="plan-rank", window_s=window)
         rhold = holdout_mask(rdf)
         rank_split = add_plan_level(rsets, rf, rb, rhold)
         rank_counts = (int((~rhold).sum()), int(rhold.sum()), int(rdf.loc[~rhold, "task"].nunique()),
@@ -318,7 +323,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
             splits[MIX_SPLITS[recipe]] = mix_split
     large_path = data_dir / "compute-large.parquet"
     if large_path.exists():
-        lsets, lf, lb, ldf = load_sets(large_path, divisor)
+        lsets, lf, lb, ldf = load_sets(large_path, divisor, window_s=window)
         if host_state is None:
             splits["larger_sets"] = (lsets, lf, lb)
         else:  # the same adjustment as the sets trained on, and beside it the times as measured
@@ -372,7 +377,10 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         "optimizers": [optimizer], "dtypes": [dtype],  # what PlanEstimator.check_task lets it price
         "reference_ms": nominal,
         "labels": ("measured ms divided by the machine's slowdown during the sample: the mean of the "
-                   "reference workload's times just before and after it, over the quiet reference "
+                   "reference workload's times just before and after it, "
+                   + (f"as the median over the samples of its file timed within {window / 2:g} s of it, "
+                      if window else "")
+                   + "over the quiet reference "
                    f"(the {REFERENCE_PERCENTILE}th percentile of all reference times, {nominal:.4f} ms)"
                    if divisor is not None else host_state.describe()),
         **({"host_state": host_state.summary()} if host_state is not None else {}),
