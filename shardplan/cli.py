@@ -211,7 +211,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                             out_dir=args.out, random_level=args.random_level, split_batches=args.split_batches,
                             context_totals=args.context_totals, decompositions=args.decompositions,
                             hot_mixes=args.hot_mixes, long_ranks=args.long_ranks,
-                            crowded_mixes=args.crowded_mixes, context_code=args.context_code)
+                            crowded_mixes=args.crowded_mixes, context_code=args.context_code,
+                            slowdown_window_s=args.slowdown_window_s)
     print(report_markdown(meta))
     return 0
 
@@ -801,6 +802,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--long-ranks", action=argparse.BooleanOptionalAction, default=False,
                        help="plan ranks count more the longer they are (once more per 10 ms, up to 3 times "
                             "their weight): a plan's cost is its slowest rank's; a candidate")
+    train.add_argument("--slowdown-window-s", type=at_least(1, float), default=None, metavar="SECONDS",
+                       help="divide each label by the median slowdown of the timings within half this many "
+                            "seconds of it, in place of the profile's slowdown_window_s; a candidate")
     train.set_defaults(func=_cmd_train)
 
     tp = with_profile(sub.add_parser("train-policy", help="train the rl searcher's placement policy against "

@@ -118,3 +118,21 @@ def test_a_profile_without_stored_ranks_is_an_input_error_naming_the_file(monkey
                         lambda p: calibration.LabelledPool((), (), np.zeros((0, 3)), np.ones(3)))
     with pytest.raises(InputError, match="compute-ranks.parquet.*no quiet-gated stored ranks"):
         calibration.calibrated_timing([], "sgd", "fp32", 0, prof)
+
+
+def test_a_replayed_calibration_divides_a_hosts_slowdown_out_and_shows_one_bad_label(load_script):
+    """bench/calibration_replay.py: ranks re-timed on a host 1.4x slow are given back their labels by their
+    neighbours' factor, and a rank whose label is 30% long reads as that, not hidden by its neighbours."""
+    replay = load_script("bench/calibration_replay.py")
+    pool = calibration.labelled_pool(get_profile("cpu-2c"))
+    ranks = pool.ranks[:60]
+    specs = [list(r.specs) for r in ranks]
+    labels = np.array([r.label_ms for r in ranks])
+    tasks = np.array(pool.tasks[:60])
+    raw = 1.4 * labels
+    assert replay.replay(labels, raw, specs, tasks, k=6) == pytest.approx(np.zeros(60), abs=1e-9)
+    bad = labels.copy()
+    bad[10] *= 1.3
+    err = replay.replay(bad, raw, specs, tasks, k=6)
+    assert err[10] == pytest.approx(1 / 1.3 - 1)  # its neighbours are of other tasks: their labels are right
+    assert np.median(np.abs(np.delete(err, 10))) < 1e-9  # only the few it serves as a neighbour move

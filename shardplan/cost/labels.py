@@ -6,10 +6,14 @@ ms over that pair's slowdown (:func:`~.kernel.slowdown`). That is right where
 the reference and the kernels slow together. On the nested AMD guest
 (``cpu-2c-nested``) the reference jitters on its own: timed back to back for a
 minute it read 1.55-5.29 ms while the ranks beside it held within 2-7%. Each
-label then carries two draws of the reference's jitter. The 39 plan ranks
-timed in both of that profile's rounds (an hour apart) differed by a median
-4.4% as labelled, but by 2.8% undivided and by 1.9% when each was divided by
-the median slowdown of the timings taken within 7.5 s either side of it.
+label then carries two draws of the reference's jitter. On 2026-11-27, 491 of
+that profile's stored plan ranks timed twice more (2.5 and 3 hours after their
+labels; ``data/profiles/cpu-2c-nested/label-repeatability-ranks.md``) moved
+from one timing to another by a median 4.3-4.8% as labelled, by 3.1-3.9%
+undivided, and by 3.2-4.2% when each was divided by the median slowdown of
+the timings within 7.5-15 s either side of it (the level the host moved by
+between the two timings taken out in each case); 300 random sets, 6.4%
+labelled, 4.9% undivided, 4.3-4.7% so divided (``label-repeatability-sets.md``).
 
 So a profile may set ``slowdown_window_s``: each timing is then divided by the
 median of the slowdowns of the timings of the same file taken within half that

@@ -181,7 +181,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                      random_level: bool = True, split_batches: bool = True,
                      context_totals: bool = False, decompositions: bool = False,
                      hot_mixes: bool = False, long_ranks: bool = False,
-                     crowded_mixes: bool = False, context_code: str = "free") -> dict[str, Any]:
+                     crowded_mixes: bool = False, context_code: str = "free",
+                     slowdown_window_s: float | None = None) -> dict[str, Any]:
     """Train on ``data_dir`` (default: the profile's folder), write model and report to ``out_dir``.
     ``random_level``: the random sets' level is learnt apart from plan ranks' (``NeuralCostModel.fit``);
     it needs plan ranks (``compute-ranks.parquet``) and is not used without them. ``split_batches``: a
@@ -194,7 +195,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     learn ``compute-hot-mixes.parquet`` (:mod:`collect_hot`), neighbour-calibrated sets at plan ranks' level,
     each counted as a plan rank; held out by the random split (a candidate); ``crowded_mixes`` the same of
     ``compute-crowded-mixes.parquet``. ``long_ranks``: plan ranks count
-    more the longer they are (:func:`rank_weights`; a candidate)."""
+    more the longer they are (:func:`rank_weights`; a candidate). ``slowdown_window_s``: the labels' divisor
+    smoothed over that window (:mod:`.labels`) in place of the profile's own choice (a candidate)."""
     check_context_code(context_code, context_totals, ("--context-code", "--context-totals"))  # before any data
     data_dir = data_dir or profile.dir
     out_dir = out_dir or data_dir
@@ -204,7 +206,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     # GPU the reference (a fraction of a ms) reads the host's launch jitter, which only short ops feel:
     # the labels lose the share of it each op's length shows on the training split (host_state.py).
     divisor = nominal if profile.device == "cpu" else None
-    window = profile.slowdown_window_s
+    window = profile.slowdown_window_s if slowdown_window_s is None else slowdown_window_s
     sets, fwd, bwd, df = load_sets(data_dir / "compute.parquet", divisor, window_s=window)
     kinds = data_kinds(df)
     if len(kinds) > 1:  # the model has no feature for either, and would price a blend of both
@@ -395,7 +397,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                    + ("" if context_code == "free" else f" --context-code {context_code}")
                    + (" --decompositions" if decompositions else "")
                    + "".join(f" --{recipe}-mixes" for recipe in mix_splits)
-                   + (" --long-ranks" if long_ranks else ""),
+                   + (" --long-ranks" if long_ranks else "")
+                   + (f" --slowdown-window-s {slowdown_window_s:g}" if slowdown_window_s is not None else ""),
         "date": _dt.date.today().isoformat(),
     }
     neural.save(out_dir / "compute-model.json", meta)

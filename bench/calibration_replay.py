@@ -1,0 +1,102 @@
+"""Neighbour calibration replayed offline on re-timed stored ranks, under each way of dividing labels.
+
+``shardplan collect retime`` times a block of a profile's stored plan ranks
+again (``data/profiles/<profile>/repeatability/``). This script replays
+:mod:`shardplan.cost.calibration` on such a re-timing without timing anything:
+each re-timed rank is divided by the factor of its ``k`` nearest re-timed
+ranks of other tasks (each one's re-timed ms over its label, geometric mean),
+and the result is compared with its own label. It does so once per label
+recipe: each label over its own references, and over the median slowdown
+within each ``--window-s`` (:mod:`shardplan.cost.labels`). Labels are divided
+over the whole ``compute-ranks.parquet``, as training divides them. The
+error it reports is the instrument's and the labels' together, with no model
+involved; the real instrument interleaves a rank with its neighbours and
+takes two passes, so it sits below these figures.
+
+    .venv/bin/python bench/calibration_replay.py --profile cpu-2c-nested \\
+        --block data/profiles/cpu-2c-nested/repeatability/ranks-sub.parquet \\
+        --retimes data/profiles/cpu-2c-nested/repeatability/ranks-sub-retime{,2}.parquet --window-s 15 30 60
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from shardplan.argtypes import at_least
+from shardplan.cost.calibration import NEIGHBOURS, LabelledPool, nearest, rank_point
+from shardplan.cost.labels import label_slowdowns
+from shardplan.cost.profiles import get_profile, load1, reference_ms
+from shardplan.cost.specs import specs_from_json
+from shardplan.errors import InputError, exit_status
+from provenance import provenance, write_report  # siblings: bench/ is on sys.path when run
+
+RANK_KEY = ["task", "searcher", "rank", "round", "shards"]  # what pairs a block's row with the whole file's
+
+
+def replay(labels: np.ndarray, raw: np.ndarray, specs: list, tasks: np.ndarray, k: int) -> np.ndarray:
+    """Each rank's calibrated ms over its label, minus 1: its ``raw`` ms over its ``k`` nearest ranks'
+    (by :func:`calibration.nearest`, other tasks only) geometric mean of raw over label."""
+    feats = np.stack([rank_point(s, lab) for s, lab in zip(specs, labels)])
+    pool = LabelledPool(tuple(range(len(labels))), tuple(tasks), feats, feats.std(axis=0) + 1e-9)
+    err = np.empty(len(labels))
+    for j in range(len(labels)):
+        nb = list(nearest(pool, labels[j], specs[j], k, exclude_task=str(tasks[j])))
+        factor = np.exp(np.mean(np.log(raw[nb] / labels[nb])))
+        err[j] = raw[j] / factor / labels[j] - 1
+    return err
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", required=True)
+    ap.add_argument("--block", type=Path, required=True, help="the stored ranks re-timed (rows of compute-ranks)")
+    ap.add_argument("--retimes", type=Path, nargs="+", required=True, help="shardplan collect retime outputs")
+    ap.add_argument("--window-s", type=at_least(1, float), nargs="*", default=[],
+                    help="label recipes besides each label's own references")
+    ap.add_argument("--k", type=at_least(1), default=NEIGHBOURS)
+    ap.add_argument("--name", help="results file stem suffix")
+    ap.add_argument("--out", default="bench/results")
+    args = ap.parse_args()
+    load_before = load1()
+    profile = get_profile(args.profile)
+    quiet = reference_ms(profile)
+    if not quiet:
+        raise InputError("--profile", f"profile {args.profile!r} has no reference.json", "train it first")
+    whole = pd.read_parquet(profile.dir / "compute-ranks.parquet")
+    block = pd.read_parquet(args.block).reset_index(drop=True)
+    rows = np.flatnonzero((block["source"] == "plan-rank").to_numpy())
+    specs = [specs_from_json(s) for s in block["shards"].iloc[rows]]
+    tasks = block["task"].iloc[rows].astype(str).to_numpy()
+    out = []
+    for window in [None, *args.window_s]:
+        labelled = whole.assign(label=(whole.fwd_ms + whole.bwd_ms) / label_slowdowns(whole, quiet, window))
+        labels = block.iloc[rows][RANK_KEY].merge(labelled[RANK_KEY + ["label"]].drop_duplicates(RANK_KEY),
+                                                  on=RANK_KEY, how="left")["label"].to_numpy()
+        if np.isnan(labels).any():
+            raise InputError("--block", f"{int(np.isnan(labels).sum())} of its ranks are not in "
+                             f"{profile.dir / 'compute-ranks.parquet'}", "give a block cut from that file")
+        for path in args.retimes:
+            r = pd.read_parquet(path).set_index("src_row")
+            raw = (r.fwd_ms + r.bwd_ms).reindex(rows).to_numpy()
+            err = replay(labels, raw, specs, tasks, args.k)
+            a = np.abs(err)
+            out.append({"labels divided by": "own references" if window is None else f"median within {window / 2:g} s",
+                        "re-timing": path.name, "ranks": len(a), "mean abs error": f"{100 * a.mean():.1f}%",
+                        "median": f"{100 * np.median(a):.1f}%", "within 10%": f"{100 * (a <= 0.10).mean():.0f}%",
+                        "within 15%": f"{100 * (a <= 0.15).mean():.0f}%", "mean error": f"{100 * err.mean():+.1f}%"})
+    table = pd.DataFrame(out)
+    md = [f"# Neighbour calibration replayed on re-timed stored ranks, profile `{args.profile}`", "",
+          *provenance(load_before, f". {len(rows)} stored ranks of `{args.block}`, each re-timing's ms over its "
+                      f"{args.k} nearest re-timed ranks of other tasks' factor, against its label. Measured: "
+                      "real FBGEMM CPU kernel times (the re-timings), replayed offline; no model involved."), "",
+          table.to_markdown(index=False), ""]
+    write_report(Path(args.out), f"calibration-replay-{args.profile}" + (f"-{args.name}" if args.name else ""),
+                 md, table)
+
+
+if __name__ == "__main__":
+    sys.exit(exit_status(main))
