@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 INDEX = RESULTS / "README.md"
 CITING = ("README.md", "docs/history.md", "docs/gpu.md", "docs/benchmark.md", "docs/cost-model.md",
-          "data/profiles/cpu-2c/README.md")
+          "data/profiles/cpu-2c/README.md", "data/profiles/cpu-2c-xeon/README.md",
+          "data/profiles/cpu-2c-nested/README.md")
 BENCH_CLI = "shardplan bench"
 
 _DATE = re.compile(r"Date (\d{4}-\d{2}-\d{2}(?: \d{2}:\d{2} UTC)?)|\"date\": \"(\d{4}-\d{2}-\d{2}[^\"]*)\"")

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 from tabulate import tabulate
 
+from shardplan.argtypes import at_least
 from shardplan.cost.kernel import slowdown
 from shardplan.cost.labels import label_slowdowns
 from shardplan.cost.profiles import get_profile, reference_ms
@@ -99,7 +100,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="+", type=Path, help="the original cost-data file first, then its re-timings")
     ap.add_argument("--profile", default="cpu-2c")
-    ap.add_argument("--window-s", type=float, nargs="*", default=[],
+    ap.add_argument("--window-s", type=at_least(1, float), nargs="*", default=[],
                     help="also divide by the median slowdown over windows of these many seconds")
     ap.add_argument("--out", required=True, help="report path without suffix")
     args = ap.parse_args()

@@ -328,7 +328,8 @@ def test_a_profiles_slowdown_window_takes_one_references_jitter_out_of_a_label()
     assert smoothed[19] == own[19] == pytest.approx(1.5)  # no date: its own
     shuffled = df.sample(frac=1.0, random_state=0)
     assert label_slowdowns(shuffled, 2.0, 45.0) == pytest.approx(smoothed[shuffled.index.to_numpy()])
-    assert get_profile("cpu-2c").slowdown_window_s is None and "slowdown_window_s" not in get_profile("cpu-2c").to_json()
+    committed = get_profile("cpu-2c")
+    assert committed.slowdown_window_s is None and "slowdown_window_s" not in committed.to_json()
 
 
 def test_probe_gated_collection_accepts_a_steady_slowdown_but_retries_a_burst(monkeypatch):

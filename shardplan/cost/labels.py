@@ -10,7 +10,7 @@ label then carries two draws of the reference's jitter. On 2026-11-27, 491 of
 that profile's stored plan ranks timed twice more (2.5 and 3 hours after their
 labels; ``data/profiles/cpu-2c-nested/label-repeatability-ranks.md``) moved
 from one timing to another by a median 4.3-4.8% as labelled, by 3.1-3.9%
-undivided, and by 3.2-4.2% when each was divided by the median slowdown of
+undivided, and by 3.2-4.5% when each was divided by the median slowdown of
 the timings within 7.5-15 s either side of it (the level the host moved by
 between the two timings taken out in each case); 300 random sets, 6.4%
 labelled, 4.9% undivided, 4.3-4.7% so divided (``label-repeatability-sets.md``).
@@ -20,6 +20,12 @@ median of the slowdowns of the timings of the same file taken within half that
 window of it, either side. That keeps the drift the reference tracks (minutes)
 and drops the jitter it adds (one timing). A timing without a date keeps its
 own slowdown.
+
+Unset for every committed profile: a model trained so on the nested guest's
+data priced the same held-out ranks no better than the committed one (it
+learns over thousands of labels, which averages their jitter out), and no
+better TorchRec's unseen ranks (``docs/cost-model.md``, "`unseen-c` and
+`unseen-d` on the nested guest").
 """
 from __future__ import annotations
 
