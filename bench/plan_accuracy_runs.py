@@ -167,7 +167,8 @@ def main() -> None:
     pd.concat([table, meas], axis=1).to_csv(out / f"{stem}.csv")
 
     pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
-    md = [f"# The model against {len(meas.columns)} independent runs of the {args.searcher} plans of "
+    n_runs = len(meas.columns)
+    md = [f"# The model against {n_runs} independent run{'s' if n_runs > 1 else ''} of the {args.searcher} plans of "
           f"`{args.suite}`", "",
           f"Command: `.venv/bin/python bench/plan_accuracy_runs.py {shlex.join(sys.argv[1:])}`  ",
           f"Date {dt.date.today()}. Measured: each run's figures (real FBGEMM CPU kernels, "
