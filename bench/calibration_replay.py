@@ -7,8 +7,8 @@ each re-timed rank is divided by the factor of its ``k`` nearest re-timed
 ranks of other tasks (each one's re-timed ms over its label, geometric mean),
 and the result is compared with its own label. It does so once per label
 recipe: each label over its own references, and over the median slowdown
-within each ``--window-s`` (:mod:`shardplan.cost.labels`). Labels are divided
-over the whole ``compute-ranks.parquet``, as training divides them. The
+within each ``--window-s`` (:mod:`shardplan.cost.labels`). Labels are the
+calibration pool's own (:func:`shardplan.cost.fitness.labelled_ranks`). The
 error it reports is the instrument's and the labels' together, with no model
 involved; the real instrument interleaves a rank with its neighbours and
 takes two passes, so it sits below these figures.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +29,8 @@ import pandas as pd
 
 from shardplan.argtypes import at_least
 from shardplan.cost.calibration import NEIGHBOURS, LabelledPool, nearest, rank_point
-from shardplan.cost.labels import label_slowdowns
-from shardplan.cost.profiles import get_profile, load1, reference_ms
+from shardplan.cost.fitness import labelled_ranks
+from shardplan.cost.profiles import get_profile, load1
 from shardplan.cost.specs import specs_from_json
 from shardplan.errors import InputError, exit_status
 from provenance import provenance, write_report  # siblings: bench/ is on sys.path when run
@@ -63,22 +64,22 @@ def main() -> None:
     args = ap.parse_args()
     load_before = load1()
     profile = get_profile(args.profile)
-    quiet = reference_ms(profile)
-    if not quiet:
-        raise InputError("--profile", f"profile {args.profile!r} has no reference.json", "train it first")
-    whole = pd.read_parquet(profile.dir / "compute-ranks.parquet")
     block = pd.read_parquet(args.block).reset_index(drop=True)
     rows = np.flatnonzero((block["source"] == "plan-rank").to_numpy())
     specs = [specs_from_json(s) for s in block["shards"].iloc[rows]]
     tasks = block["task"].iloc[rows].astype(str).to_numpy()
     out = []
     for window in [None, *args.window_s]:
-        labelled = whole.assign(label=(whole.fwd_ms + whole.bwd_ms) / label_slowdowns(whole, quiet, window))
+        # the calibration pool's own labels (quiet-gated stored ranks), under this recipe
+        labelled = labelled_ranks(replace(profile, slowdown_window_s=window))
+        if labelled.empty:
+            raise InputError("--profile", f"profile {args.profile!r} has no reference.json or stored plan ranks",
+                             "collect plan ranks and train it first")
         labels = block.iloc[rows][RANK_KEY].merge(labelled[RANK_KEY + ["label"]].drop_duplicates(RANK_KEY),
                                                   on=RANK_KEY, how="left")["label"].to_numpy()
         if np.isnan(labels).any():
-            raise InputError("--block", f"{int(np.isnan(labels).sum())} of its ranks are not in "
-                             f"{profile.dir / 'compute-ranks.parquet'}", "give a block cut from that file")
+            raise InputError("--block", f"{int(np.isnan(labels).sum())} of its ranks are not among the labelled "
+                             f"ranks of {profile.dir / 'compute-ranks.parquet'}", "give a block cut from that file")
         for path in args.retimes:
             r = pd.read_parquet(path).set_index("src_row")
             raw = (r.fwd_ms + r.bwd_ms).reindex(rows).to_numpy()
