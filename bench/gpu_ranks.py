@@ -223,8 +223,11 @@ def _median_over_runs(model, collector: pd.DataFrame, loops: list[pd.DataFrame])
              "(no comm):", "", *PRICE_HEADER]
     for searcher, g in per_rank.groupby("searcher"):
         i, label = g.index.to_numpy(), f"`{searcher}` (median of {int(g.n.median())})"
-        lines += [_price_row(label, "as trained", g.pred.to_numpy(), g.meas.to_numpy()),
-                  _price_row(label, "at the machine's median reference", at_ref[i], g.meas.to_numpy())]
+        pred, meas = g.pred.to_numpy(), g.meas.to_numpy()
+        # an oracle no planner has (the machine's own median error taken out): what is left is the ranks' shape
+        lines += [_price_row(label, "as trained", pred, meas),
+                  _price_row(label, "at the machine's median reference", at_ref[i], meas),
+                  _price_row(label, "over the machine's own level (an oracle)", pred / np.median(pred / meas), meas)]
     # both pricings' misses: some machines' hosts are read better by one, some by the other (docs/gpu.md)
     return (lines + _torchrec_misses(per_rank, per_rank.pred.to_numpy(), "as trained")
             + _torchrec_misses(per_rank, at_ref, "at the machine's median reference"))

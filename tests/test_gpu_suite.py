@@ -109,6 +109,9 @@ def test_gpu_ranks_prices_the_committed_h100_data_as_trained_and_at_the_host_sta
     mape = {m[0]: float(m[1]) for m in re.findall(row, md)}
     assert mape["at each set's reference"] < mape["as trained"]
     assert "| `torchrec` (median of 2) | as trained | 120 |" in md  # the collector's timing and one loop round
+    oracle = re.search(r"\| `torchrec` \(median of 2\) \| over the machine's own level \(an oracle\) \| 120 \| "
+                       r"([\d.]+) \|", md)
+    assert oracle and oracle[1] == "1.000"  # the level taken out: its median predicted over measured is 1
     # the misses listed are the ones the count leaves out, one row each
     for priced in ("as trained", "at the machine's median reference"):
         within = int(re.search(rf"\| `torchrec` \(median of 2\) \| {priced} \| 120 \| "
