@@ -8,7 +8,8 @@ difference, with each file's slowdown and the retimer's attempts. Pass
 several NEW files to compare them with each other too. ``--window-s W ...``
 adds the labels divided by the median slowdown of the timings within W/2 s
 (``shardplan.cost.labels``; a profile's ``slowdown_window_s``), one row per
-window. Prints a table and writes ``<out>.md``.
+window, and ``--split-ms MS`` the sets labelled under MS and the rest apart.
+Prints a table and writes ``<out>.md``.
 
     .venv/bin/python bench/label_repeatability.py OLD.parquet NEW.parquet --out data/profiles/cpu-2c/label-repeatability
 """
@@ -53,7 +54,14 @@ def _spread(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.median(np.abs(r - np.median(r))))
 
 
-def compare(files: list[Path], nominal: float, windows: list[float]) -> tuple[list[dict], int]:
+def _beyond(a: np.ndarray, b: np.ndarray, tol: float) -> float:
+    """The share of sets whose two timings differ by more than ``tol`` once the level is taken out."""
+    r = np.log(b / a)
+    return float((np.abs(np.expm1(r - np.median(r))) > tol).mean())
+
+
+def compare(files: list[Path], nominal: float, windows: list[float], split_ms: float | None = None
+            ) -> tuple[list[dict], int]:
     frames = []
     for f in files:
         df = pd.read_parquet(f)
@@ -65,18 +73,29 @@ def compare(files: list[Path], nominal: float, windows: list[float]) -> tuple[li
     for df in frames[1:]:
         common = common.intersection(df.index)
     frames = [df.loc[common] for df in frames]
+    # parts by the first file's label: short ranks are the noisy ones on the nested guest
+    first = frames[0]["label@0"].to_numpy()
+    parts = {"all": np.ones(len(first), bool)}
+    if split_ms is not None:
+        parts |= {f"labelled under {split_ms:g} ms": first < split_ms, f"{split_ms:g} ms or more": first >= split_ms}
     rows = []
-    for (fa, a), (fb, b) in itertools.combinations(zip(files, frames), 2):
+    for ((fa, a_all), (fb, b_all)), (part, keep) in itertools.product(
+            itertools.combinations(zip(files, frames), 2), parts.items()):
+        if not keep.any():
+            continue
+        a, b = a_all[keep], b_all[keep]
         raw_a, raw_b = a["raw"].to_numpy(), b["raw"].to_numpy()
         r_raw = _rel(raw_a, raw_b)
         for w in [0.0, *windows]:
             lab_a, lab_b = a[f"label@{w:g}"].to_numpy(), b[f"label@{w:g}"].to_numpy()
             r_lab = _rel(lab_a, lab_b)
-            rows.append({"pair": f"{fa} vs {fb}", "sets": len(common),
+            rows.append({"pair": f"{fa} vs {fb}", **({"part": part} if split_ms is not None else {}),
+                         "sets": int(keep.sum()),
                          "divided by": f"the median within {w / 2:g} s" if w else "its own references",
                          "labels: mean diff": f"{r_lab.mean() * 100:.1f}%",
                          "labels: median diff": f"{np.median(r_lab) * 100:.1f}%",
                          "labels: within 10%": f"{(r_lab <= 0.10).mean() * 100:.0f}%",
+                         "labels: beyond 15%, shift out": f"{_beyond(lab_a, lab_b, 0.15) * 100:.0f}%",
                          "labels: median second / first": f"{np.median(lab_b / lab_a):.3f}",  # a shift, not noise
                          "labels: median diff, shift out": f"{_spread(lab_a, lab_b) * 100:.1f}%",
                          "raw: mean diff": f"{r_raw.mean() * 100:.1f}%",
@@ -102,6 +121,8 @@ def main() -> None:
     ap.add_argument("--profile", default="cpu-2c")
     ap.add_argument("--window-s", type=at_least(1, float), nargs="*", default=[],
                     help="also divide by the median slowdown over windows of these many seconds")
+    ap.add_argument("--split-ms", type=at_least(0, float), metavar="MS",
+                    help="also report the sets the first file labels under MS and those at MS or more apart")
     ap.add_argument("--out", required=True, help="report path without suffix")
     args = ap.parse_args()
     if len(args.files) < 2:
@@ -109,7 +130,7 @@ def main() -> None:
     nominal = reference_ms(get_profile(args.profile))
     if nominal is None:
         ap.error(f"profile {args.profile} has no reference.json (run shardplan train first)")
-    pairs, n = compare(args.files, nominal, args.window_s)
+    pairs, n = compare(args.files, nominal, args.window_s, args.split_ms)
     files = describe(args.files, nominal)
     md = "\n".join([
         f"# Label repeatability: {args.files[0].name}", "",

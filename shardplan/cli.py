@@ -212,7 +212,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                             context_totals=args.context_totals, decompositions=args.decompositions,
                             hot_mixes=args.hot_mixes, long_ranks=args.long_ranks,
                             crowded_mixes=args.crowded_mixes, context_code=args.context_code,
-                            slowdown_window_s=args.slowdown_window_s)
+                            slowdown_window_s=args.slowdown_window_s, retimes=args.retimes)
     print(report_markdown(meta))
     return 0
 
@@ -805,6 +805,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--slowdown-window-s", type=at_least(1, float), default=None, metavar="SECONDS",
                        help="divide each label by the median slowdown of the timings within half this many "
                             "seconds of it, in place of the profile's slowdown_window_s; a candidate")
+    train.add_argument("--retimes", action=argparse.BooleanOptionalAction, default=False,
+                       help="label each random set and plan rank re-timed under the profile's retimes/ folder "
+                            "(shardplan collect retime) by the median of its timings; a candidate")
     train.set_defaults(func=_cmd_train)
 
     tp = with_profile(sub.add_parser("train-policy", help="train the rl searcher's placement policy against "

@@ -332,6 +332,37 @@ def test_a_profiles_slowdown_window_takes_one_references_jitter_out_of_a_label()
     assert committed.slowdown_window_s is None and "slowdown_window_s" not in committed.to_json()
 
 
+def test_retimed_rows_are_labelled_by_the_median_of_their_timings_at_the_labels_level():
+    """A row timed twice more gets the median of its three labels, each re-timing first moved to the labels'
+    level (a pass 10% slower throughout shifts nothing) and divided by its own references; rows never re-timed,
+    re-timings of another file (other keys) and of a plan that did not exist leave the labels alone."""
+    from shardplan.cost.labels import repeated_labels
+
+    def frame(fwd, refs, **keys):
+        n = len(fwd)
+        return pd.DataFrame({"seed": [0] * n, "sample": range(n), "source": ["random"] * n, **keys,
+                             "fwd_ms": fwd, "bwd_ms": [2 * f for f in fwd],
+                             "ref_before_ms": refs, "ref_after_ms": refs})
+
+    df = frame([1.0, 2.0, 3.0, 4.0], [1.0] * 4)
+    fwd, bwd = df["fwd_ms"].to_numpy(), df["bwd_ms"].to_numpy()
+    # pass 1: 10% slow on the host (references 1.1x), rows 0-2 only; row 1 read 30% high beyond that
+    one = frame([1.1, 2.6 * 1.1, 3.3], [1.1] * 3)
+    # pass 2: 10% slow where the reference missed it (the level moves it back); row 1 as labelled
+    two = frame([1.1, 2.2, 3.3], [1.0] * 3)
+    other = frame([9.0, 9.0], [1.0] * 2, source=["plan-rank"] * 2)  # a plan-rank file's: pairs with nothing
+    infeasible = frame([float("nan")], [1.0])
+    f, b, n = repeated_labels(df, fwd, bwd, [one, two, other, infeasible], nominal_ms=1.0)
+    assert n.tolist() == [3, 3, 3, 1]
+    assert f == pytest.approx([1.0, 2.0, 3.0, 4.0]) and b == pytest.approx(2 * f)
+    noisy = fwd.copy()
+    noisy[1] = 2.8  # the label itself read high: the median of 2.8, 2.6 and 2.0
+    f, _, _ = repeated_labels(df, noisy, bwd, [one, two], nominal_ms=1.0)
+    assert f[1] == pytest.approx(2.6)
+    f, _, _ = repeated_labels(df, fwd, bwd, [], nominal_ms=1.0)
+    assert f.tolist() == fwd.tolist()
+
+
 def test_probe_gated_collection_accepts_a_steady_slowdown_but_retries_a_burst(monkeypatch):
     """Under MEASURE_SLOW_LIMIT (the collector behind the fitness probe) a steadily 1.6x slow timing is
     kept (it divides out) and one whose speed changed during it is retried; the collector's default

@@ -37,6 +37,7 @@ from ..errors import InputError
 from .draws import SetShape, random_sample
 from .kernel import (QUIET_TOLERANCE, fbgemm_versions, require_device, require_kernel, time_reference,
                      time_specs_bracketed)
+from .labels import RETIME_KEYS
 from .profiles import Profile, load1, machine_stamp, reference_ms
 from .specs import ShardSpec, specs_from_json, specs_to_json
 
@@ -129,9 +130,6 @@ def append_rows(existing: pd.DataFrame, rows: list[dict] | pd.DataFrame, out: Pa
     return existing
 
 
-RETIME_KEEP = ("seed", "sample", "source", "task", "searcher", "rank", "round")
-
-
 def retime(profile: Profile, src: Path, out: Path, flush_every: int = 25) -> pd.DataFrame:
     """Time again, under the current protocol, every shard set of the cost-data file ``src``.
 
@@ -151,7 +149,7 @@ def retime(profile: Profile, src: Path, out: Path, flush_every: int = 25) -> pd.
     todo = [i for i in range(len(source)) if i not in done]
     for i in tqdm(todo, desc=f"retime {src.name} [{profile.name}]", initial=len(done), total=len(source)):
         row = source.iloc[i]
-        keep = {k: row[k] for k in RETIME_KEEP if k in source.columns}
+        keep = {k: row[k] for k in RETIME_KEYS if k in source.columns}
         if row["source"] != "plan-rank-infeasible":  # those rows record a plan that did not exist
             kind = (str(row["optimizer"]), str(row["dtype"]))
             if kind not in stamps:

@@ -52,3 +52,51 @@ def label_slowdowns(df: pd.DataFrame, nominal_ms: float, window_s: float | None 
     out = own.copy()
     out[order] = smoothed
     return out
+
+
+# The columns a re-timing (collect.retime) keeps from the row it re-times, by which the two pair up.
+RETIME_KEYS = ("seed", "sample", "source", "task", "searcher", "rank", "round")
+
+
+def repeated_labels(df: pd.DataFrame, fwd: np.ndarray, bwd: np.ndarray, retimes: list[pd.DataFrame],
+                    nominal_ms: float, window_s: float | None = None
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Labels of ``df``'s rows that were timed again (``shardplan collect retime``) as the median of all
+    their timings; return fwd, bwd and each row's count of timings.
+
+    ``fwd``/``bwd`` are ``df``'s own labels (already divided). Each frame of ``retimes`` is divided by its own
+    slowdowns (:func:`label_slowdowns`) and then moved to ``df``'s level: a pass run hours later runs at a
+    level the reference does not wholly follow, and the median ratio of its paired rows to their labels
+    takes that out, so only the row-to-row jitter is averaged. Rows pair by the identifying columns a
+    re-timing keeps (:data:`RETIME_KEYS`, those ``df`` has); a frame lacking one of them, or pairing with no
+    row, is not ``df``'s and is left out. Why: on the nested guest two timings of the same short rank that
+    holds a large 128-wide table differ by a median 8-11% (other ranks 4-5%), so its one label is a noisy
+    draw (``docs/cost-model.md``, "Repeated labels").
+    """
+    keys = [k for k in RETIME_KEYS if k in df.columns]
+    index = {key: i for i, key in enumerate(df[keys].itertuples(index=False, name=None))}
+    if len(index) != len(df):
+        raise ValueError(f"rows of the cost data are not told apart by {keys}: re-timings cannot pair with them")
+    logs_f = [[np.log(f)] if f > 0 else [] for f in fwd]
+    logs_b = [[np.log(b)] if b > 0 else [] for b in bwd]
+    for rt in retimes:
+        if not set(keys) <= set(rt.columns):
+            continue
+        rt = rt[rt["fwd_ms"].notna() & (rt["fwd_ms"] > 0) & (rt["bwd_ms"] > 0)]
+        rows = np.array([index.get(key, -1) for key in rt[keys].itertuples(index=False, name=None)], dtype=int)
+        ok = rows >= 0
+        if not ok.any():
+            continue
+        rows = rows[ok]
+        div = label_slowdowns(rt, nominal_ms, window_s)[ok]
+        rf, rb = rt["fwd_ms"].to_numpy(float)[ok] / div, rt["bwd_ms"].to_numpy(float)[ok] / div
+        paired = (fwd[rows] > 0) & (bwd[rows] > 0)
+        level = np.median(np.log((rf + rb)[paired] / (fwd + bwd)[rows][paired])) if paired.any() else 0.0
+        for i, f, b in zip(rows, np.log(rf) - level, np.log(rb) - level):
+            logs_f[i].append(f)
+            logs_b[i].append(b)
+
+    def median(logs: list[list[float]], own: np.ndarray) -> np.ndarray:  # a row timed once keeps its label exactly
+        return np.array([np.exp(np.median(v)) if len(v) > 1 else o for v, o in zip(logs, own)])
+
+    return median(logs_f, fwd), median(logs_b, bwd), np.array([len(v) for v in logs_f])

@@ -28,7 +28,7 @@ from .baselines import GBMCostModel, RooflineCostModel
 from .collect import data_kinds
 from .host_state import HostStateAdjustment, sample_reference_ms
 from .kernel import REFERENCE_SPECS
-from .labels import label_slowdowns
+from .labels import label_slowdowns, repeated_labels
 from .model import NeuralCostModel, check_context_code
 from .profiles import Profile
 from .specs import ShardSpec, specs_from_json
@@ -66,9 +66,11 @@ def reference_nominal(df: pd.DataFrame) -> float:
 
 
 def load_sets(path: Path, nominal: float | None = None, source: str | None = None,
-              window_s: float | None = None) -> tuple[list[list[ShardSpec]], np.ndarray, np.ndarray, pd.DataFrame]:
+              window_s: float | None = None, retimes: list[pd.DataFrame] | None = None
+              ) -> tuple[list[list[ShardSpec]], np.ndarray, np.ndarray, pd.DataFrame]:
     """Shard sets and their fwd/bwd ms; with ``nominal``, divided by each sample's slowdown (over the
-    timings within ``window_s`` of it where that is given: :func:`.labels.label_slowdowns`).
+    timings within ``window_s`` of it where that is given: :func:`.labels.label_slowdowns`), and each row
+    timed again in ``retimes`` labelled by the median of its timings (:func:`.labels.repeated_labels`).
     ``source`` keeps only the rows of that source (e.g. ``plan-rank``)."""
     df = pd.read_parquet(path)
     if nominal is not None:  # smoothed over the whole file's timings, before a source is picked from it
@@ -80,7 +82,15 @@ def load_sets(path: Path, nominal: float | None = None, source: str | None = Non
     if nominal is not None:
         factor = df.pop("_slowdown").to_numpy()
         fwd, bwd = fwd / factor, bwd / factor
+        if retimes:
+            fwd, bwd, df["timings"] = repeated_labels(df, fwd, bwd, retimes, nominal, window_s)
     return sets, fwd, bwd, df
+
+
+def load_retimes(data_dir: Path) -> list[pd.DataFrame]:
+    """The re-timings kept under ``data_dir/retimes/`` (``*-retime*.parquet``, written by ``shardplan collect
+    retime``), in name order: :func:`load_sets` pairs each with the rows it re-timed."""
+    return [pd.read_parquet(p) for p in sorted((data_dir / "retimes").glob("*-retime*.parquet"))]
 
 
 def is_holdout(seed: int, sample: int) -> bool:
@@ -182,7 +192,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                      context_totals: bool = False, decompositions: bool = False,
                      hot_mixes: bool = False, long_ranks: bool = False,
                      crowded_mixes: bool = False, context_code: str = "free",
-                     slowdown_window_s: float | None = None) -> dict[str, Any]:
+                     slowdown_window_s: float | None = None, retimes: bool = False) -> dict[str, Any]:
     """Train on ``data_dir`` (default: the profile's folder), write model and report to ``out_dir``.
     ``random_level``: the random sets' level is learnt apart from plan ranks' (``NeuralCostModel.fit``);
     it needs plan ranks (``compute-ranks.parquet``) and is not used without them. ``split_batches``: a
@@ -196,7 +206,9 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     each counted as a plan rank; held out by the random split (a candidate); ``crowded_mixes`` the same of
     ``compute-crowded-mixes.parquet``. ``long_ranks``: plan ranks count
     more the longer they are (:func:`rank_weights`; a candidate). ``slowdown_window_s``: the labels' divisor
-    smoothed over that window (:mod:`.labels`) in place of the profile's own choice (a candidate)."""
+    smoothed over that window (:mod:`.labels`) in place of the profile's own choice (a candidate). ``retimes``:
+    the random sets and plan ranks timed again under ``data_dir/retimes/`` are labelled by the median of their
+    timings (:func:`.labels.repeated_labels`; a CPU profile's candidate)."""
     check_context_code(context_code, context_totals, ("--context-code", "--context-totals"))  # before any data
     data_dir = data_dir or profile.dir
     out_dir = out_dir or data_dir
@@ -207,7 +219,15 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     # the labels lose the share of it each op's length shows on the training split (host_state.py).
     divisor = nominal if profile.device == "cpu" else None
     window = profile.slowdown_window_s if slowdown_window_s is None else slowdown_window_s
-    sets, fwd, bwd, df = load_sets(data_dir / "compute.parquet", divisor, window_s=window)
+    retimed = load_retimes(data_dir) if retimes else []
+    if retimes and divisor is None:
+        raise InputError("--retimes", f"profile {profile.name!r} is a GPU's, whose labels are its host-state "
+                         "adjustment's", "leave --retimes out: it labels a CPU profile's re-timed rows")
+    if retimes and not retimed:
+        raise InputError("--retimes", f"no re-timings (*-retime*.parquet) under {data_dir / 'retimes'}",
+                         f"time rows again first: shardplan collect retime SRC --out "
+                         f"{data_dir / 'retimes'}/NAME-retime1.parquet --profile {profile.name}")
+    sets, fwd, bwd, df = load_sets(data_dir / "compute.parquet", divisor, window_s=window, retimes=retimed)
     kinds = data_kinds(df)
     if len(kinds) > 1:  # the model has no feature for either, and would price a blend of both
         raise InputError(str(data_dir / "compute.parquet"), f"holds timings of {len(kinds)} optimizer/dtype pairs "
@@ -247,7 +267,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     ranks_path = data_dir / "compute-ranks.parquet"
     rank_split = None
     if ranks_path.exists():  # whole ranks of real plans; held out by task
-        rsets, rf, rb, rdf = load_sets(ranks_path, divisor, source="plan-rank", window_s=window)
+        rsets, rf, rb, rdf = load_sets(ranks_path, divisor, source="plan-rank", window_s=window, retimes=retimed)
         rhold = holdout_mask(rdf)
         rank_split = add_plan_level(rsets, rf, rb, rhold)
         rank_counts = (int((~rhold).sum()), int(rhold.sum()), int(rdf.loc[~rhold, "task"].nunique()),
@@ -373,6 +393,10 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
            if group_split is not None else {}),
         **{f"{part}_{recipe}_mixes": n for recipe, counts in mix_counts.items()
            for part, n in zip(("train", "holdout"), counts)},
+        **({"retimes": {"files": len(retimed), "random_sets_relabelled": int((df["timings"] > 1).sum()),
+                        "plan_ranks_relabelled": int((rdf["timings"] > 1).sum()) if rank_split is not None else 0,
+                        "how": "median of the label and its re-timings, each pass moved to the label's level"}}
+           if retimes else {}),
         "train_num_shards": [int(df["num_shards"].min()), int(df["num_shards"].max())],
         "data_stamp": {k: sorted(map(str, df[k].unique()))[:3] for k in
                        ("cpu_model", "cpu_cores", "torch", "fbgemm_gpu", "threads", "optimizer")},
@@ -398,7 +422,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                    + (" --decompositions" if decompositions else "")
                    + "".join(f" --{recipe}-mixes" for recipe in mix_splits)
                    + (" --long-ranks" if long_ranks else "")
-                   + (f" --slowdown-window-s {slowdown_window_s:g}" if slowdown_window_s is not None else ""),
+                   + (f" --slowdown-window-s {slowdown_window_s:g}" if slowdown_window_s is not None else "")
+                   + (" --retimes" if retimes else ""),
         "date": _dt.date.today().isoformat(),
     }
     neural.save(out_dir / "compute-model.json", meta)
