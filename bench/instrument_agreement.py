@@ -1,0 +1,110 @@
+"""Two instruments on the same plan ranks, and the model against each: where is issue 2's bar the instrument's?
+
+``bench/plan_accuracy.py --calibrate`` measures every rank of a suite's plans
+two ways in each run: as the cost labels are timed, divided by the reference
+workload's slowdown (``meas_ms``, "label protocol"), and beside labelled
+stored ranks like it (``cal_ms``, "neighbour-calibrated"). ``bench/
+plan_accuracy_runs.py`` pools the runs of each into a per-rank consensus (the
+median over runs). This script pairs the two pooled files of each suite rank by
+rank and reports how often the model is within the tolerance of each, of both
+and of either, and how often the two instruments are that far from each
+other: when the instruments disagree on as many ranks as the model misses,
+the misses are within what the measurement can tell. Split by the rank's
+calibrated length (``--short-ms``): on the nested guest short ranks time least
+repeatably. Predicted: the model the pooled files were scored with (their
+``predicted_ms``, which must agree); measured: the runs' real FBGEMM CPU kernel
+times. Prints a table and writes ``bench/results/instrument-agreement-<name>.{md,csv}``.
+
+    .venv/bin/python bench/instrument_agreement.py --name cpu-2c-nested \\
+        --pairs bench/results/plan-accuracy-runs-...-unseen-a-cal_ms-....csv:bench/results/...-unseen-a-meas_ms-....csv
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from shardplan.argtypes import at_least
+from shardplan.cost.profiles import load1
+from shardplan.errors import InputError, exit_status
+from plan_accuracy_runs import TOLERANCE  # siblings: bench/ is on sys.path when run
+from provenance import provenance, write_report
+
+
+def paired(cal_path: Path, meas_path: Path) -> pd.DataFrame:
+    """One suite's ranks with both consensuses; the model's prediction must be the same in both files."""
+    cal, meas = (pd.read_csv(p, usecols=["task", "rank", "predicted_ms", "consensus_ms"]) for p in (cal_path, meas_path))
+    df = cal.merge(meas, on=["task", "rank"], suffixes=("_cal", "_meas"), how="outer", indicator=True)
+    if (df["_merge"] != "both").any() or not np.allclose(df.predicted_ms_cal, df.predicted_ms_meas, rtol=1e-6):
+        raise InputError("--pairs", f"{cal_path} and {meas_path} are not the same ranks priced by the same model",
+                         "pair the cal_ms and meas_ms pools of one suite, scored with one --model")
+    return pd.DataFrame({"task": df.task, "rank": df["rank"], "predicted_ms": df.predicted_ms_cal,
+                         "calibrated_ms": df.consensus_ms_cal, "label_protocol_ms": df.consensus_ms_meas})
+
+
+def summary(df: pd.DataFrame) -> dict[str, object]:
+    err_cal = (df.predicted_ms / df.calibrated_ms - 1).abs()
+    err_meas = (df.predicted_ms / df.label_protocol_ms - 1).abs()
+    gap = (df.calibrated_ms / df.label_protocol_ms - 1).abs()
+    tol = TOLERANCE
+    return {"ranks": len(df),
+            "model within, calibrated": int((err_cal <= tol).sum()),
+            "model within, label protocol": int((err_meas <= tol).sum()),
+            "model within both": int(((err_cal <= tol) & (err_meas <= tol)).sum()),
+            "model within either": int(((err_cal <= tol) | (err_meas <= tol)).sum()),
+            "instruments' median gap": f"{100 * gap.median():.1f}%",
+            f"instruments beyond {tol:.0%}": int((gap > tol).sum()),
+            "instruments beyond 10%": int((gap > 0.10).sum())}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pairs", nargs="+", required=True, metavar="CAL.csv:MEAS.csv",
+                    help="per suite, the cal_ms and the meas_ms pooled files of bench/plan_accuracy_runs.py")
+    ap.add_argument("--short-ms", type=at_least(0, float), default=10.0,
+                    help="ranks calibrated under this many ms are reported apart (default 10)")
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--out", type=Path, default=Path("bench/results"))
+    args = ap.parse_args()
+    load_before = load1()
+    frames = []
+    for pair in args.pairs:
+        cal, sep, meas = pair.partition(":")
+        if not sep or not Path(cal).is_file() or not Path(meas).is_file():
+            raise InputError("--pairs", f"{pair!r} is not two files CAL.csv:MEAS.csv", "give existing pooled files")
+        suite = Path(cal).name.split("-cal_ms")[0].removeprefix("plan-accuracy-runs-")
+        frames.append(paired(Path(cal), Path(meas)).assign(suite=suite))
+    df = pd.concat(frames, ignore_index=True)
+    short = df.calibrated_ms < args.short_ms
+    rows = [{"ranks of": s, **summary(g)} for s, g in df.groupby("suite", sort=True)]
+    rows += [{"ranks of": f"all, calibrated under {args.short_ms:g} ms", **summary(df[short])},
+             {"ranks of": f"all, {args.short_ms:g} ms or more", **summary(df[~short])},
+             {"ranks of": "all", **summary(df)}]
+    table = pd.DataFrame(rows)
+    df["error, calibrated"] = df.predicted_ms / df.calibrated_ms - 1
+    df["error, label protocol"] = df.predicted_ms / df.label_protocol_ms - 1
+    df["instruments' gap"] = df.calibrated_ms / df.label_protocol_ms - 1
+    flagged = df[(df[["error, calibrated", "error, label protocol"]].abs() > TOLERANCE).any(axis=1)
+                 | (df["instruments' gap"].abs() > 0.10)]
+    shown = flagged[["task", "rank", "predicted_ms", "calibrated_ms", "label_protocol_ms", "error, calibrated",
+                     "error, label protocol", "instruments' gap"]].copy()
+    for c in ("error, calibrated", "error, label protocol", "instruments' gap"):
+        shown[c] = shown[c].map(lambda x: f"{100 * x:+.1f}%")
+    md = [f"# Two instruments on the same plan ranks: {args.name}", "",
+          *provenance(load_before, ". Measured: each suite's runs pooled per rank (median over runs) by "
+                      "`bench/plan_accuracy_runs.py`, once neighbour-calibrated (`cal_ms`) and once as the labels "
+                      "are timed (`meas_ms`, over the reference's slowdown); real FBGEMM CPU kernel times. "
+                      "Predicted: the model the pooled files name."), "",
+          f"Counts of ranks with the model within {TOLERANCE:.0%} of each consensus, and of ranks whose two "
+          "consensuses are that far apart:", "",
+          table.to_markdown(index=False), "",
+          f"Ranks the model misses by either instrument, or whose instruments differ by over 10% ({len(shown)}):", "",
+          shown.round(2).to_markdown(index=False), ""]
+    write_report(args.out, f"instrument-agreement-{args.name}", md, df)
+
+
+if __name__ == "__main__":
+    sys.exit(exit_status(main))

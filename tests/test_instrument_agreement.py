@@ -1,0 +1,31 @@
+"""bench/instrument_agreement.py: the model against two instruments' consensus, and the instruments apart."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from shardplan.errors import InputError
+
+
+def _pool(path, consensus: list[float], predicted: list[float]):
+    pd.DataFrame({"task": ["t-0"] * len(consensus), "rank": range(len(consensus)), "predicted_ms": predicted,
+                  "consensus_ms": consensus, "error": 0.0}).to_csv(path, index=False)
+    return path
+
+
+def test_counts_the_model_within_each_instrument_and_the_instruments_apart(load_script, tmp_path) -> None:
+    agree = load_script("bench/instrument_agreement.py")
+    predicted = [10.0, 10.0, 10.0, 10.0, 5.0]
+    cal = _pool(tmp_path / "s-cal_ms.csv", [10.0, 12.0, 8.0, 12.0, 5.0], predicted)
+    meas = _pool(tmp_path / "s-meas_ms.csv", [10.0, 10.5, 8.9, 12.0, 6.0], predicted)
+    df = agree.paired(cal, meas)
+    row = agree.summary(df)
+    # rank 0 within both; rank 1 -16.7% by the calibrated figure, -4.8% by the other; rank 2 +25% / +12.4%;
+    # rank 3 -16.7% by both; rank 4 within the calibrated figure, -16.7% by the label protocol
+    assert row["ranks"] == 5
+    assert row["model within, calibrated"] == 2 and row["model within, label protocol"] == 3
+    assert row["model within both"] == 1 and row["model within either"] == 4
+    assert row["instruments beyond 15%"] == 1 and row["instruments beyond 10%"] == 3  # ranks 4; 1, 2 and 4
+    other = _pool(tmp_path / "o-meas_ms.csv", [10.0] * 5, [9.0] * 5)  # another model's prices
+    with pytest.raises(InputError, match="same model"):
+        agree.paired(cal, other)
