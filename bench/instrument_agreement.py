@@ -36,7 +36,8 @@ from provenance import provenance, write_report
 
 def paired(cal_path: Path, meas_path: Path) -> pd.DataFrame:
     """One suite's ranks with both consensuses; the model's prediction must be the same in both files."""
-    cal, meas = (pd.read_csv(p, usecols=["task", "rank", "predicted_ms", "consensus_ms"]) for p in (cal_path, meas_path))
+    columns = ["task", "rank", "predicted_ms", "consensus_ms"]
+    cal, meas = (pd.read_csv(p, usecols=columns) for p in (cal_path, meas_path))
     df = cal.merge(meas, on=["task", "rank"], suffixes=("_cal", "_meas"), how="outer", indicator=True)
     if (df["_merge"] != "both").any() or not np.allclose(df.predicted_ms_cal, df.predicted_ms_meas, rtol=1e-6):
         raise InputError("--pairs", f"{cal_path} and {meas_path} are not the same ranks priced by the same model",

@@ -1,0 +1,45 @@
+"""bench/heldout_compare.py: several models scored on one held-out split of a profile's data."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from shardplan.cost.model import NeuralCostModel
+from shardplan.cost.profiles import get_profile
+from shardplan.cost.train import holdout_mask, load_sets, reference_nominal
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_model_is_scored_on_the_same_held_out_sets_as_labelled_and_as_timed(tmp_path) -> None:
+    prof = get_profile("cpu-2c")
+    data = tmp_path / "data"
+    data.mkdir()
+    pd.read_parquet(prof.dir / "compute.parquet").iloc[:300].to_parquet(data / "compute.parquet")
+    other = prof.dir / "candidates" / "with-round2" / "compute-model.json"  # a candidate of the same profile
+    run = subprocess.run([sys.executable, "bench/heldout_compare.py", "--profile", "cpu-2c", "--data-dir", str(data),
+                          "--models", str(other), "--out", str(tmp_path), "--name", "t"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    table = pd.read_csv(tmp_path / "heldout-compare-cpu-2c-t.csv")
+    assert set(table.split) == {"held-out random sets"}  # no larger sets or plan ranks in this folder
+    assert set(table.labels) == {"as labelled", "as timed"} and len(table) == 4
+    held = int(holdout_mask(pd.read_parquet(data / "compute.parquet")).sum())
+    assert (table.sets == held).all() and 0 < held < 300
+    # the committed model's figure as labelled, recomputed here
+    nominal = reference_nominal(pd.read_parquet(data / "compute.parquet"))
+    sets, f, b, df = load_sets(data / "compute.parquet", nominal)
+    keep = holdout_mask(df)
+    model = NeuralCostModel.load(prof.dir / "compute-model.json", "cpu-2c")
+    pf, pb = model.predict([s for s, k in zip(sets, keep) if k], random_level=model.random_level)
+    mape = np.mean(np.abs((pf + pb) / (f + b)[keep] - 1))
+    row = table[(table.labels == "as labelled") & (table.model == "data/profiles/cpu-2c/compute-model.json")]
+    assert float(row["fwd+bwd MAPE"].item().rstrip("%")) == pytest.approx(100 * mape, abs=0.05)
+    bad = subprocess.run([sys.executable, "bench/heldout_compare.py", "--profile", "cpu-2c", "--models",
+                          str(tmp_path / "none.json")], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and "--models" in bad.stderr
