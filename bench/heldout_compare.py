@@ -96,7 +96,7 @@ def main() -> None:
     for (split, labels), (sets, fwd, bwd, ref, random_level) in splits.items():
         for path, model in models.items():
             if cpu:
-                pf, pb = model.predict(sets, random_level=random_level and model.random_level)
+                pf, pb = model.predict(sets, random_level=random_level)  # a no-op where none was learnt
             else:  # each set at its own host state, op by op, as a GPU model prices a host
                 pf, pb = by_op(model, sets, ref)
             m = metrics(pf, pb, fwd, bwd)

@@ -47,17 +47,21 @@ def _rel(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.abs(a - b) / (0.5 * (a + b))
 
 
-def _spread(a: np.ndarray, b: np.ndarray) -> float:
-    """The median distance of log(b / a) from its median: the noise between two timings of each set,
-    with the level the host moved by in between (one shift for all) taken out."""
+def _level_out(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """log(b / a) less its median: each set's change between two timings, with the level the host moved by
+    in between (one shift for all) taken out."""
     r = np.log(b / a)
-    return float(np.median(np.abs(r - np.median(r))))
+    return r - np.median(r)
+
+
+def _spread(a: np.ndarray, b: np.ndarray) -> float:
+    """The median of :func:`_level_out`'s distances: the noise between two timings of each set."""
+    return float(np.median(np.abs(_level_out(a, b))))
 
 
 def _beyond(a: np.ndarray, b: np.ndarray, tol: float) -> float:
     """The share of sets whose two timings differ by more than ``tol`` once the level is taken out."""
-    r = np.log(b / a)
-    return float((np.abs(np.expm1(r - np.median(r))) > tol).mean())
+    return float((np.abs(np.expm1(_level_out(a, b))) > tol).mean())
 
 
 def compare(files: list[Path], nominal: float, windows: list[float], split_ms: float | None = None

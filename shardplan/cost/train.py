@@ -219,10 +219,10 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     # the labels lose the share of it each op's length shows on the training split (host_state.py).
     divisor = nominal if profile.device == "cpu" else None
     window = profile.slowdown_window_s if slowdown_window_s is None else slowdown_window_s
-    retimed = load_retimes(data_dir) if retimes else []
-    if retimes and divisor is None:
+    if retimes and divisor is None:  # before any re-timing is read
         raise InputError("--retimes", f"profile {profile.name!r} is a GPU's, whose labels are its host-state "
                          "adjustment's", "leave --retimes out: it labels a CPU profile's re-timed rows")
+    retimed = load_retimes(data_dir) if retimes else []
     if retimes and not retimed:
         raise InputError("--retimes", f"no re-timings (*-retime*.parquet) under {data_dir / 'retimes'}",
                          f"time rows again first: shardplan collect retime SRC --out "
