@@ -6,7 +6,7 @@ different sets. This script scores every model given on the sets the
 profile's data holds out today (``is_holdout``: by seed and sample, so a set
 held out then is held out now, and a set added since was seen by neither):
 the random sets of ``compute.parquet``, the larger sets of
-``compute-large.parquet`` and the plan ranks of ``compute-ranks.parquet``
+``compute-large.parquet`` (and of any ``compute-large-*.parquet``) and the plan ranks of ``compute-ranks.parquet``
 (where each is present).
 
 Labels: on a CPU profile, the real FBGEMM kernel times divided by the
@@ -74,9 +74,11 @@ def main() -> None:
     retimed = load_retimes(data_dir)
     # (split, labels) -> sets, fwd, bwd, per-set host reference, priced at the random collector's level
     splits: dict[tuple[str, str], tuple[list, np.ndarray, np.ndarray, np.ndarray, bool]] = {}
+    more_larger = [(f"larger sets ({p.stem.removeprefix('compute-')})", p.name, None, False, True)
+                   for p in sorted(data_dir.glob("compute-large-*.parquet"))]  # further collections, never trained on
     for split, file, source, held_only, random_level in (
             ("held-out random sets", "compute.parquet", None, True, True),
-            ("larger sets", "compute-large.parquet", None, False, True),
+            ("larger sets", "compute-large.parquet", None, False, True), *more_larger,
             ("held-out plan ranks", "compute-ranks.parquet", "plan-rank", True, False)):
         path = data_dir / file
         if not path.exists():
