@@ -28,10 +28,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from shardplan.argtypes import at_least
 from shardplan.cost.profiles import load1
 from shardplan.errors import InputError, exit_status
-from plan_accuracy_runs import TOLERANCE  # siblings: bench/ is on sys.path when run
+from pooled import TOLERANCE, add_report_args, read_pooled  # siblings: bench/ is on sys.path when run
 from provenance import provenance, write_report
 
 
@@ -70,10 +69,7 @@ def main() -> None:
                     help="each suite's pooled neighbour-calibrated file of bench/plan_accuracy_runs.py")
     ap.add_argument("--drift", nargs="+", default=[], metavar="TASK:CSV",
                     help="a task's bench/rank_drift.py readings of its short ranks")
-    ap.add_argument("--short-ms", type=at_least(0, float), default=10.0,
-                    help="ranks whose pooled consensus is under this many ms take the dense median (default 10)")
-    ap.add_argument("--name", required=True)
-    ap.add_argument("--out", type=Path, default=Path("bench/results"))
+    add_report_args(ap, "ranks whose pooled consensus is under this many ms take the dense median")
     args = ap.parse_args()
     load_before = load1()
     drift: dict[str, Path] = {}
@@ -82,10 +78,7 @@ def main() -> None:
         if not sep or not Path(path).is_file():
             raise InputError("--drift", f"{pair!r} is not TASK:CSV with an existing file", "give TASK:CSV pairs")
         drift[task] = Path(path)
-    for p in args.pooled:
-        if not p.is_file():
-            raise InputError("--pooled", f"{p} does not exist", "give bench/plan_accuracy_runs.py's pooled CSVs")
-    pooled = pd.concat([pd.read_csv(p) for p in args.pooled], ignore_index=True)
+    pooled = pd.concat([read_pooled(p, "--pooled") for p in args.pooled], ignore_index=True)
     df = combined(pooled, dense_medians(drift), args.short_ms)
     short = df[df.short]
     shown = short[["task", "rank", "predicted_ms", "consensus_ms", "dense_ms", "readings", "error"]].copy()

@@ -27,17 +27,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from shardplan.argtypes import at_least
 from shardplan.cost.profiles import load1
 from shardplan.errors import InputError, exit_status
-from plan_accuracy_runs import TOLERANCE  # siblings: bench/ is on sys.path when run
+from pooled import TOLERANCE, add_report_args, read_pooled  # siblings: bench/ is on sys.path when run
 from provenance import provenance, write_report
 
 
 def paired(cal_path: Path, meas_path: Path) -> pd.DataFrame:
     """One suite's ranks with both consensuses; the model's prediction must be the same in both files."""
-    columns = ["task", "rank", "predicted_ms", "consensus_ms"]
-    cal, meas = (pd.read_csv(p, usecols=columns) for p in (cal_path, meas_path))
+    cal, meas = (read_pooled(p, "--pairs") for p in (cal_path, meas_path))
     df = cal.merge(meas, on=["task", "rank"], suffixes=("_cal", "_meas"), how="outer", indicator=True)
     if (df["_merge"] != "both").any() or not np.allclose(df.predicted_ms_cal, df.predicted_ms_meas, rtol=1e-6):
         raise InputError("--pairs", f"{cal_path} and {meas_path} are not the same ranks priced by the same model",
@@ -65,17 +63,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", nargs="+", required=True, metavar="CAL.csv:MEAS.csv",
                     help="per suite, the cal_ms and the meas_ms pooled files of bench/plan_accuracy_runs.py")
-    ap.add_argument("--short-ms", type=at_least(0, float), default=10.0,
-                    help="ranks calibrated under this many ms are reported apart (default 10)")
-    ap.add_argument("--name", required=True)
-    ap.add_argument("--out", type=Path, default=Path("bench/results"))
+    add_report_args(ap, "ranks calibrated under this many ms are reported apart")
     args = ap.parse_args()
     load_before = load1()
     frames = []
     for pair in args.pairs:
         cal, sep, meas = pair.partition(":")
-        if not sep or not Path(cal).is_file() or not Path(meas).is_file():
-            raise InputError("--pairs", f"{pair!r} is not two files CAL.csv:MEAS.csv", "give existing pooled files")
+        if not sep:
+            raise InputError("--pairs", f"{pair!r} is not two files CAL.csv:MEAS.csv", "join the two with a colon")
         suite = Path(cal).name.split("-cal_ms")[0].removeprefix("plan-accuracy-runs-")
         frames.append(paired(Path(cal), Path(meas)).assign(suite=suite))
     df = pd.concat(frames, ignore_index=True)

@@ -34,7 +34,8 @@ from shardplan.cost.fitness import wait_until_fit
 from shardplan.execute.measure import measure_plan, measure_plan_calibrated
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import get_searcher
-from provenance import provenance  # a sibling: bench/ is on sys.path when run
+from pooled import TOLERANCE  # siblings: bench/ is on sys.path when run
+from provenance import provenance
 
 
 def rank_signature(specs: list[ShardSpec]) -> str:
@@ -113,8 +114,8 @@ def main() -> None:
 
     def scores(err: pd.Series) -> str:
         a = err.abs()
-        return (f"MAPE {a.mean() * 100:.1f}%, median {a.median() * 100:.1f}%, within 15%: "
-                f"{(a <= 0.15).mean() * 100:.0f}% of ranks, worst {a.max() * 100:.1f}%")
+        return (f"MAPE {a.mean() * 100:.1f}%, median {a.median() * 100:.1f}%, within {TOLERANCE:.0%}: "
+                f"{(a <= TOLERANCE).mean() * 100:.0f}% of ranks, worst {a.max() * 100:.1f}%")
 
     summary = (f"{len(df)} ranks of {df.task.nunique()} {args.searcher} plans: per-rank fwd+bwd compute, "
                f"predicted by the neural `{args.profile}` model vs measured on real FBGEMM "

@@ -48,9 +48,8 @@ from shardplan.cost.specs import rank_specs
 from shardplan.errors import InfeasibleError, InputError, exit_status
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import get_searcher
-from plan_accuracy import rank_signature  # a sibling script: bench/ is on sys.path when run
-
-TOLERANCE = 0.15  # issue 2's bar: predicted per-rank compute within 15% of measurement
+from plan_accuracy import rank_signature  # sibling scripts: bench/ is on sys.path when run
+from pooled import TOLERANCE
 
 
 def _git(*args: str) -> str:

@@ -29,3 +29,18 @@ def test_counts_the_model_within_each_instrument_and_the_instruments_apart(load_
     other = _pool(tmp_path / "o-meas_ms.csv", [10.0] * 5, [9.0] * 5)  # another model's prices
     with pytest.raises(InputError, match="same model"):
         agree.paired(cal, other)
+
+
+def test_a_pooled_file_without_the_columns_is_an_error_naming_it(load_script, tmp_path) -> None:
+    agree = load_script("bench/instrument_agreement.py")
+    good = _pool(tmp_path / "s-cal_ms.csv", [10.0, 12.0], [10.0, 10.0])
+    wrong = tmp_path / "runs.csv"  # a single run's file, not a pooled one
+    pd.DataFrame({"task": ["t-0"], "rank": [0], "pred_ms": [10.0], "meas_ms": [9.0]}).to_csv(wrong, index=False)
+    with pytest.raises(InputError, match=r"runs\.csv lacks the column\(s\) predicted_ms, consensus_ms"):
+        agree.paired(good, wrong)
+    with pytest.raises(InputError, match="does not exist"):
+        agree.paired(good, tmp_path / "missing.csv")
+    empty = tmp_path / "empty.csv"
+    empty.write_text("")
+    with pytest.raises(InputError, match="not a readable CSV"):
+        agree.paired(empty, good)
