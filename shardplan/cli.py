@@ -792,7 +792,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "moves the log factors at most CODE_BAND either way); the last two candidates")
     train.add_argument("--decompositions", action=argparse.BooleanOptionalAction, default=False,
                        help="also learn compute-decompositions.parquet's ratios of sets over their shards alone "
-                            "(shardplan collect decompositions); a candidate, not the committed model's recipe")
+                            "(shardplan collect decompositions); cpu-2c-nested's recipe since session 58, a candidate "
+                            "on the other profiles (each profile's README gives its command)")
     train.add_argument("--hot-mixes", action=argparse.BooleanOptionalAction, default=False,
                        help="also learn compute-hot-mixes.parquet's neighbour-calibrated sets as plan ranks "
                             "(shardplan collect hot-mixes); a candidate")
