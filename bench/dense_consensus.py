@@ -30,7 +30,7 @@ import pandas as pd
 
 from shardplan.cost.profiles import load1
 from shardplan.errors import InputError, exit_status
-from pooled import TOLERANCE, add_report_args, read_pooled  # siblings: bench/ is on sys.path when run
+from pooled import POOLED_COLUMNS, TOLERANCE, add_report_args, read_pooled  # siblings: bench/ is on sys.path when run
 from provenance import provenance, write_report
 
 
@@ -50,7 +50,7 @@ def dense_medians(drift: dict[str, Path]) -> pd.DataFrame:
 def combined(pooled: pd.DataFrame, dense: pd.DataFrame, short_ms: float) -> pd.DataFrame:
     """Every pooled rank with its reference measurement: the dense median where its pooled consensus is
     under ``short_ms``, the pooled consensus otherwise."""
-    df = pooled[["task", "rank", "predicted_ms", "consensus_ms"]].merge(dense, on=["task", "rank"], how="left")
+    df = pooled[list(POOLED_COLUMNS)].merge(dense, on=["task", "rank"], how="left")
     df["short"] = df.consensus_ms < short_ms
     missing = df[df.short & df.dense_ms.isna()]
     if len(missing):
