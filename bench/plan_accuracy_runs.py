@@ -44,7 +44,7 @@ import pandas as pd
 
 from shardplan.cost.calibration import EARLIER_FEATURES, FEATURES
 from shardplan.cost.estimator import load_estimator
-from shardplan.cost.specs import rank_specs
+from shardplan.cost.specs import ShardSpec, rank_specs
 from shardplan.errors import InfeasibleError, InputError, exit_status
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import get_searcher
@@ -80,6 +80,54 @@ def committed_runs(pattern: str, since: str = FIRST_RUN) -> dict[str, pd.DataFra
     return runs
 
 
+RankKey = tuple[str, int]  # (task name, rank)
+
+
+def suite_ranks(suite: Path, searcher: str, est) -> dict[RankKey, list[ShardSpec]]:
+    """The shards of every non-empty rank of ``searcher``'s plan of each task in ``suite`` (tasks it
+    cannot place are left out)."""
+    ranks: dict[RankKey, list[ShardSpec]] = {}
+    plan_with = get_searcher(searcher)
+    for path in sorted(suite.glob("*.json")):
+        task = load_task(path)
+        try:
+            plan = plan_with.plan(task, est)
+        except InfeasibleError:
+            continue
+        ranks.update({(task.name, r): specs for r, specs in enumerate(rank_specs(plan)) if specs})
+    return ranks
+
+
+def predicted_ms(est, ranks: dict[RankKey, list[ShardSpec]]) -> pd.Series:
+    """``est``'s fwd+bwd compute ms of each rank."""
+    return pd.Series({k: f + b for k, ((f, b),) in ((k, est.rank_compute([s])) for k, s in ranks.items())})
+
+
+def pooled_runs(runs: dict[str, pd.DataFrame], ranks: dict[RankKey, list[ShardSpec]], measured: str,
+                neighbours_by: str = ",".join(FEATURES)) -> tuple[pd.DataFrame, list[str]]:
+    """The runs that measured exactly today's plans (each rank's shard signature, or for runs written
+    before signatures its shard count) with the ``measured`` column (and, for ``cal_ms``, neighbours
+    chosen by ``neighbours_by``): their figures, one column per run indexed by (task, rank), and the
+    names of the runs dropped."""
+    kept, dropped = {}, []
+    for name, df in runs.items():
+        keys = list(zip(df.task, df["rank"]))
+        same = (all(k in ranks and rank_signature(ranks[k]) == s for k, s in zip(keys, df.rank_signature))
+                if "rank_signature" in df else all(len(ranks.get(k, ())) == n for k, n in zip(keys, df.shards)))
+        by = str(df.cal_features.iloc[0]) if "cal_features" in df else ",".join(EARLIER_FEATURES)
+        one_instrument = measured != "cal_ms" or by == neighbours_by
+        if same and set(keys) == set(ranks) and measured in df and one_instrument:
+            kept[name] = df.set_index(["task", "rank"])[measured]
+        else:
+            dropped.append(name)
+    return pd.DataFrame(kept), dropped
+
+
+def consensus_ms(meas: pd.DataFrame) -> pd.Series:
+    """Per rank, the median over runs in log space."""
+    return np.exp(np.log(meas).median(axis=1))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", default="data/tasks/unseen-a")
@@ -104,42 +152,16 @@ def main() -> None:
 
     est = load_estimator(args.profile, args.model)
     model_name = f"`{args.model}`" if args.model else f"the committed neural `{args.profile}` model"
-    searcher = get_searcher(args.searcher)
-    pred: dict[tuple[str, int], float] = {}
-    shards: dict[tuple[str, int], int] = {}
-    signature: dict[tuple[str, int], str] = {}
-    for path in sorted(Path(args.suite).glob("*.json")):
-        task = load_task(path)
-        try:
-            plan = searcher.plan(task, est)
-        except InfeasibleError:
-            continue
-        for r, specs in enumerate(rank_specs(plan)):
-            if specs:
-                (f, b), = est.rank_compute([specs])
-                key = (task.name, r)
-                pred[key], shards[key], signature[key] = f + b, len(specs), rank_signature(specs)
-
-    kept, dropped = {}, []
-    for name, df in runs.items():
-        keys = list(zip(df.task, df["rank"]))
-        same = (all(signature.get(k) == s for k, s in zip(keys, df.rank_signature)) if "rank_signature" in df
-                else all(shards.get(k) == n for k, n in zip(keys, df.shards)))
-        by = str(df.cal_features.iloc[0]) if "cal_features" in df else ",".join(EARLIER_FEATURES)
-        one_instrument = args.measured != "cal_ms" or by == args.neighbours_by
-        if same and set(keys) == set(pred) and args.measured in df and one_instrument:
-            kept[name] = df.set_index(["task", "rank"])[args.measured]
-        else:
-            dropped.append(name)
-    if not kept:
+    ranks = suite_ranks(Path(args.suite), args.searcher, est)
+    meas, dropped = pooled_runs(runs, ranks, args.measured, args.neighbours_by)
+    if meas.empty:
         raise InputError("--runs", f"no run of today's {args.searcher} plans with `{args.measured}` "
                          + (f"by neighbours chosen by {args.neighbours_by} " if args.measured == "cal_ms" else "")
                          + f"(dropped as other plans, without it or by other neighbours: {dropped})",
                          "give runs of the same plans, or another --measured column or --neighbours-by")
-    meas = pd.DataFrame(kept)
     logm = np.log(meas)
-    consensus = np.exp(logm.median(axis=1))
-    predicted = pd.Series(pred).reindex(meas.index)
+    consensus = consensus_ms(meas)
+    predicted = predicted_ms(est, ranks).reindex(meas.index)
 
     def score(err: pd.Series) -> dict[str, float]:
         a = err.abs()

@@ -144,7 +144,12 @@ def _cmd_collect_decompositions(args: argparse.Namespace) -> int:
     name = "compute-batch-parts.parquet" if args.by_batch else "compute-decompositions.parquet"
     out = Path(args.out) if args.out else profile.dir / name
     check_collect_target(profile, out)
-    df = collect_decompositions(profile, out, args.sets, args.reps, src, args.max_seconds, by_batch=args.by_batch)
+    skip = [Path(f) for f in args.skip]
+    for f in skip:
+        if not f.is_file():
+            raise InputError("--skip", f"no decomposition file at {f}", "name an existing parquet file or drop it")
+    df = collect_decompositions(profile, out, args.sets, args.reps, src, args.max_seconds, by_batch=args.by_batch,
+                                skip=skip)
     print(f"{out}: {len(df)} decompositions")
     return 0
 
@@ -915,6 +920,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="instead: every plan rank of two batch sizes (data-parallel replicas beside sharded "
                          "tables), whole and each batch's op alone, held-out ranks too; for reading which op a "
                          "model misprices, never for training")
+    cd.add_argument("--skip", action="append", default=[], metavar="FILE",
+                    help="leave out the source rows this decomposition file already holds (repeatable): fresh "
+                         "sets of the same source, collected beside an earlier file")
     cd.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute-decompositions.parquet; "
                                   "compute-batch-parts.parquet with --by-batch)")
     cd.set_defaults(func=_cmd_collect_decompositions)

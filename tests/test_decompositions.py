@@ -59,6 +59,23 @@ def test_decompositions_keep_every_repetition_and_resume(tmp_path):
     assert len(df) == 3 and sorted(df.src_row) == [0, 1, 2]
 
 
+def test_a_second_collection_skips_the_sets_of_an_earlier_file(tmp_path):
+    prof = get_profile("cpu-2c")
+    samples = _trained_on_samples(3)
+    ranks = _ranks([([_shard(f"t{s}{k}") for k in range(3)], s) for s in samples])
+    src, first, second = tmp_path / "ranks.parquet", tmp_path / "first.parquet", tmp_path / "second.parquet"
+    ranks.to_parquet(src)
+    taken = set(collect_decompositions(prof, first, 2, reps=1, src=src).src_row)
+    df = collect_decompositions(prof, second, 2, reps=1, src=src, skip=[first])
+    assert len(df) == 1 and not taken & set(df.src_row)  # only one source was left
+    other = first.with_name("other.parquet")
+    pd.read_parquet(first).assign(src="other.parquet").to_parquet(other)  # another source file's rows
+    assert set(collect_decompositions(prof, tmp_path / "third.parquet", 3, reps=1, src=src,
+                                      skip=[other]).src_row) == {0, 1, 2}
+    with pytest.raises(InputError, match="--skip"):
+        collect_decompositions(prof, tmp_path / "fourth.parquet", 1, reps=1, src=src, skip=[src])
+
+
 def test_decomposition_ratios_teach_how_far_a_set_sits_over_its_shards_alone():
     """Absolute labels of sets of one and two shards that add up, and decompositions saying that sets of
     three to five shards run 1.5x their shards alone: with them the model must price such sets well over

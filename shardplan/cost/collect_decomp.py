@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import datetime as _dt
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
+from ..errors import InputError
 from .collect import _stamp, append_rows, row_id_seed, spec_columns
 from .kernel import RankOp, time_reference
 from .model import batch_parts
@@ -100,19 +102,30 @@ def time_decomposition(specs: list[ShardSpec], optimizer: str, dtype: str, profi
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
 
 
+def _rows_of(df: pd.DataFrame, src: Path) -> pd.Series:
+    """The source rows of ``src`` that a decomposition file holds."""
+    if "src_row" not in df or "src" not in df:
+        raise InputError("--skip", "not a decomposition file (no src_row/src columns)",
+                         "name a file written by shardplan collect decompositions")
+    return df.loc[df["src"] == src.name, "src_row"]
+
+
 def collect_decompositions(profile: Profile, out: Path, num_sets: int, reps: int = 5,
                            src: Path | None = None, max_seconds: float | None = None,
-                           flush_every: int = 5, by_batch: bool = False) -> pd.DataFrame:
+                           flush_every: int = 5, by_batch: bool = False,
+                           skip: Sequence[Path] = ()) -> pd.DataFrame:
     """Append decompositions to ``out`` until it holds ``num_sets`` (or the sources run out, or
-    ``max_seconds`` pass); resumable: source rows already in ``out`` are skipped. ``by_batch``: ranks
-    of two batch sizes, into their ops (the module's docstring)."""
+    ``max_seconds`` pass); resumable: source rows already in ``out`` are skipped, and so are those of
+    the same source file already in any ``skip`` file (a second collection of fresh sets beside an
+    earlier one). ``by_batch``: ranks of two batch sizes, into their ops (the module's docstring)."""
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
     profile.use_threads()
     src = src or profile.dir / "compute-ranks.parquet"
     sources = decomposition_sources(pd.read_parquet(src), by_batch=by_batch)
     existing = pd.read_parquet(out) if out.exists() else pd.DataFrame()
     done = set(existing["src_row"]) if len(existing) else set()
-    todo = [i for i in sources.index if i not in done][:max(0, num_sets - len(done))]
+    taken = done | {int(i) for f in skip for i in _rows_of(pd.read_parquet(f), src)}
+    todo = [i for i in sources.index if i not in taken][:max(0, num_sets - len(done))]
     stamps: dict[tuple[str, str], dict[str, object]] = {}
     rows: list[dict] = []
     out.parent.mkdir(parents=True, exist_ok=True)

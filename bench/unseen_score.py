@@ -1,0 +1,122 @@
+"""Issue 2's bar for one or more cost models in one call: TorchRec's unseen ranks against both pooled instruments.
+
+A candidate model is adopted or not on how many of TorchRec's ranks of the
+unseen suites it prices within 15% of the measured consensus. Scoring one used
+to take two ``bench/plan_accuracy_runs.py`` calls per suite (one per
+instrument) and a ``bench/instrument_agreement.py`` call over the eight files.
+This script does the same in one call, for the committed model and every
+``--models`` file side by side:
+
+- the runs: every committed ``plan_accuracy.py --calibrate`` run of each suite,
+  ``bench/results/plan-accuracy-<profile>-<suite>-calibrated-*.csv`` (or
+  ``--runs-glob``), pooled per rank (median over runs, log space) once as
+  neighbour-calibrated (``cal_ms``) and once as the labels are timed
+  (``meas_ms``), keeping only runs of today's TorchRec plans;
+- per model, the counts of :func:`instrument_agreement.summary` for each
+  suite, for ranks under and over ``--short-ms`` and for all, and the ranks it
+  misses by either instrument.
+
+Measured: the runs' real FBGEMM CPU kernel times; predicted: each model named.
+Prints a table and writes ``bench/results/unseen-score-<name>.{md,csv}``.
+
+    .venv/bin/python bench/unseen_score.py --profile cpu-2c-nested \\
+        --models data/profiles/cpu-2c-nested/candidates/X/compute-model.json --name X
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from shardplan.cost.estimator import load_estimator
+from shardplan.cost.profiles import load1
+from shardplan.errors import InputError, exit_status
+from instrument_agreement import summary  # siblings: bench/ is on sys.path when run
+from plan_accuracy_runs import consensus_ms, pooled_runs, predicted_ms, suite_ranks
+from pooled import TOLERANCE, add_report_args
+from provenance import provenance, write_report
+
+SUITES = ("data/tasks/unseen-a", "data/tasks/unseen-b", "data/tasks/unseen-c", "data/tasks/unseen-d")
+INSTRUMENTS = {"calibrated_ms": "cal_ms", "label_protocol_ms": "meas_ms"}
+
+
+def suite_consensus(suite: Path, profile: str, searcher: str, runs_glob: str, est) -> tuple[dict, pd.DataFrame, int]:
+    """One suite's ranks (their shards), both instruments' consensus per rank, and how many runs were pooled."""
+    paths = sorted(Path("bench/results").glob(runs_glob.format(profile=profile, suite=suite.name)))
+    if not paths:
+        raise InputError("--runs-glob", f"no runs of {suite} match {runs_glob!r}",
+                         "run bench/plan_accuracy.py --calibrate on the suite first, or give another glob")
+    runs = {str(p): pd.read_csv(p) for p in paths}
+    ranks = suite_ranks(suite, searcher, est)
+    columns, counts = {}, set()
+    for column, measured in INSTRUMENTS.items():
+        meas, dropped = pooled_runs(runs, ranks, measured)
+        if meas.empty:
+            raise InputError("--runs-glob", f"no run of {suite} measured today's {searcher} plans with `{measured}` "
+                             f"(dropped: {dropped})", "measure the suite again with bench/plan_accuracy.py --calibrate")
+        columns[column] = consensus_ms(meas)
+        counts.add(len(meas.columns))
+    # both instruments come from the same runs, so they pool the same number of them
+    return ranks, pd.DataFrame(columns), max(counts)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", required=True)
+    ap.add_argument("--models", nargs="*", default=[], type=Path,
+                    help="model files to score beside the profile's committed one")
+    ap.add_argument("--suites", nargs="+", default=[Path(s) for s in SUITES], type=Path)
+    ap.add_argument("--searcher", default="torchrec")
+    ap.add_argument("--runs-glob", default="plan-accuracy-{profile}-{suite}-calibrated-*.csv",
+                    help="the runs of a suite under bench/results ({profile} and {suite} filled in)")
+    add_report_args(ap, "ranks calibrated under this many ms are reported apart")
+    args = ap.parse_args()
+    for m in args.models:
+        if not m.is_file():
+            raise InputError("--models", f"no model file at {m}", "give compute-model.json files")
+    load_before = load1()
+    committed = load_estimator(args.profile)
+    models = {"committed": committed, **{str(m): load_estimator(args.profile, str(m)) for m in args.models}}
+
+    frames, pooled = [], []
+    for suite in args.suites:
+        ranks, consensus, n_runs = suite_consensus(suite, args.profile, args.searcher, args.runs_glob, committed)
+        pooled.append(f"`{suite.name}` {n_runs}")
+        for name, est in models.items():
+            df = consensus.assign(predicted_ms=predicted_ms(est, ranks).reindex(consensus.index))
+            frames.append(df.rename_axis(["task", "rank"]).reset_index().assign(model=name, suite=suite.name))
+    df = pd.concat(frames, ignore_index=True)
+
+    rows = []
+    for name, g in df.groupby("model", sort=False):
+        short = g.calibrated_ms < args.short_ms
+        rows += [{"model": name, "ranks of": s, **summary(gs)} for s, gs in g.groupby("suite", sort=True)]
+        rows += [{"model": name, "ranks of": f"under {args.short_ms:g} ms", **summary(g[short])},
+                 {"model": name, "ranks of": f"{args.short_ms:g} ms or more", **summary(g[~short])},
+                 {"model": name, "ranks of": "all", **summary(g)}]
+    table = pd.DataFrame(rows)
+    df["error, calibrated"] = df.predicted_ms / df.calibrated_ms - 1
+    df["error, label protocol"] = df.predicted_ms / df.label_protocol_ms - 1
+    missed = df[(df[["error, calibrated", "error, label protocol"]].abs() > TOLERANCE).any(axis=1)]
+    missed = missed.sort_values(["task", "rank"], kind="stable").sort_values(
+        "model", key=lambda m: m.map(list(models).index), kind="stable")
+    shown = missed[["model", "task", "rank", "predicted_ms", "calibrated_ms", "label_protocol_ms",
+                    "error, calibrated", "error, label protocol"]].copy()
+    for c in ("error, calibrated", "error, label protocol"):
+        shown[c] = shown[c].map(lambda x: f"{100 * x:+.1f}%")
+    md = [f"# TorchRec's unseen ranks against both pooled instruments: {args.name}", "",
+          *provenance(load_before, f". Runs pooled per suite: {', '.join(pooled)} (`{args.runs_glob}`). Measured: "
+                      "per rank the median over runs of real FBGEMM CPU kernel times, neighbour-calibrated and as "
+                      f"the labels are timed. Predicted: the committed neural `{args.profile}` model and each model "
+                      "file named."), "",
+          f"Ranks the model prices within {TOLERANCE:.0%} of each consensus:", "",
+          table.to_markdown(index=False), "",
+          f"Ranks a model misses by either instrument ({len(shown)}):", "",
+          shown.round(2).to_markdown(index=False), ""]
+    write_report(args.out, f"unseen-score-{args.name}", md, df)
+
+
+if __name__ == "__main__":
+    sys.exit(exit_status(main))
