@@ -795,10 +795,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="how the set context reads the mean shard code: free (default), none (with "
                             "--context-totals: the totals and shard count alone), banded (a second network of it "
                             "moves the log factors at most CODE_BAND either way); the last two candidates")
-    train.add_argument("--decompositions", action=argparse.BooleanOptionalAction, default=False,
+    train.add_argument("--decompositions", action=argparse.BooleanOptionalAction, default=None,
                        help="also learn compute-decompositions.parquet's ratios of sets over their shards alone "
-                            "(shardplan collect decompositions); cpu-2c-nested's recipe since session 58, a candidate "
-                            "on the other profiles (each profile's README gives its command)")
+                            "(shardplan collect decompositions); default: the profile's train_decompositions "
+                            "(true on cpu-2c-nested since session 58, a candidate on the others)")
     train.add_argument("--hot-mixes", action=argparse.BooleanOptionalAction, default=False,
                        help="also learn compute-hot-mixes.parquet's neighbour-calibrated sets as plan ranks "
                             "(shardplan collect hot-mixes); a candidate")

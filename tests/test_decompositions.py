@@ -1,5 +1,7 @@
 """Decompositions: sets timed whole and shard by shard in the same repetitions, and the model learning
 their ratios (``shardplan.cost.collect_decomp``, ``NeuralCostModel.fit(decompositions=...)``)."""
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -120,6 +122,13 @@ def test_training_with_decompositions_holds_some_out_and_names_the_flag(tmp_path
     held = sum(is_holdout(-1, i) for i in range(len(big)))
     assert held and meta["evaluation"][DECOMP_SPLIT]["n"] == held
     assert set(meta["evaluation"][DECOMP_SPLIT]["models"]["neural"]["fwd+bwd"]) == {"mape", "spearman", "median_error"}
+    # a profile whose recipe learns them does so by default, and its bare command reproduces that
+    recipe = dataclasses.replace(prof, train_decompositions=True)
+    meta = train_and_report(recipe, epochs=2, data_dir=tmp_path, progress=False)
+    assert DECOMP_SPLIT in meta["evaluation"] and "decompositions" not in meta["command"]
+    meta = train_and_report(recipe, epochs=2, data_dir=tmp_path, progress=False, decompositions=False)
+    assert DECOMP_SPLIT not in meta["evaluation"] and meta["command"].endswith("--no-decompositions")
+    assert recipe.to_json()["train_decompositions"] is True and "train_decompositions" not in prof.to_json()
 
 
 def _decomp_frame(rows: list[tuple[int, float, float, str]]) -> pd.DataFrame:

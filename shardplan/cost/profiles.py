@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 from ..domain import Plan
 from ..errors import InputError
@@ -71,6 +71,9 @@ class Profile:
     ``retry_pause_s``: the collector's pause before a retry, times the attempt number.
     ``slowdown_window_s``: how a CPU timing's label is divided (:mod:`.labels`): unset, by the slowdown its
     own reference timings show; set, by the median slowdown of the timings within half that many seconds.
+    ``train_decompositions``: whether ``shardplan train`` learns ``compute-decompositions.parquet``'s ratios
+    by default (the profile's recipe; ``--decompositions`` / ``--no-decompositions`` override it), so the
+    bare command reproduces the committed model.
     """
 
     name: str
@@ -86,6 +89,7 @@ class Profile:
     repeats: int = 10
     retry_pause_s: float | None = None  # None: kernel.RETRY_PAUSE_S
     slowdown_window_s: float | None = None  # None: each label over its own references (labels.py)
+    train_decompositions: bool = False
     published: PublishedFigures | None = None  # GPU profiles (required there); a CPU's comm is measured
 
     @property
@@ -105,6 +109,8 @@ class Profile:
         for optional in ("published", "retry_pause_s", "slowdown_window_s"):
             if doc[optional] is None:
                 del doc[optional]
+        if not self.train_decompositions:  # the default recipe is left unwritten, as the fields above
+            del doc["train_decompositions"]
         return doc
 
     @classmethod
@@ -146,6 +152,7 @@ class _ProfileModel(BaseModel):
     repeats: PosInt = 10
     retry_pause_s: NonNegFloat | None = None
     slowdown_window_s: PosFloat | None = None
+    train_decompositions: StrictBool = False
     published: _PublishedModel | None = None
 
     @model_validator(mode="after")

@@ -189,7 +189,7 @@ MIN_TRAIN_SETS = 10
 def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_dir: Path | None = None,
                      out_dir: Path | None = None, progress: bool = True,
                      random_level: bool = True, split_batches: bool = True,
-                     context_totals: bool = False, decompositions: bool = False,
+                     context_totals: bool = False, decompositions: bool | None = None,
                      hot_mixes: bool = False, long_ranks: bool = False,
                      crowded_mixes: bool = False, context_code: str = "free",
                      slowdown_window_s: float | None = None, retimes: bool = False) -> dict[str, Any]:
@@ -201,7 +201,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     ``context_code``: how the context reads the mean shard code besides them ("free", "none", "banded";
     ``NeuralCostModel.fit``; the last two candidates).
     ``decompositions``: also learn ``compute-decompositions.parquet``'s ratios of sets over their shards alone
-    (a candidate; ``NeuralCostModel.fit``), held out by source row and scored as ratios. ``hot_mixes``: also
+    (``NeuralCostModel.fit``), held out by source row and scored as ratios; None: the profile's
+    ``train_decompositions``. ``hot_mixes``: also
     learn ``compute-hot-mixes.parquet`` (:mod:`collect_hot`), neighbour-calibrated sets at plan ranks' level,
     each counted as a plan rank; held out by the random split (a candidate); ``crowded_mixes`` the same of
     ``compute-crowded-mixes.parquet``. ``long_ranks``: plan ranks count
@@ -210,6 +211,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     the random sets and plan ranks timed again under ``data_dir/retimes/`` are labelled by the median of their
     timings (:func:`.labels.repeated_labels`; a CPU profile's candidate)."""
     check_context_code(context_code, context_totals, ("--context-code", "--context-totals"))  # before any data
+    decompositions = profile.train_decompositions if decompositions is None else decompositions
     data_dir = data_dir or profile.dir
     out_dir = out_dir or data_dir
     nominal = reference_nominal(pd.read_parquet(data_dir / "compute.parquet",
@@ -419,7 +421,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                    + ("" if split_batches else " --no-split-batches")
                    + (" --context-totals" if context_totals else "")
                    + ("" if context_code == "free" else f" --context-code {context_code}")
-                   + (" --decompositions" if decompositions else "")
+                   + ("" if decompositions == profile.train_decompositions
+                      else " --decompositions" if decompositions else " --no-decompositions")
                    + "".join(f" --{recipe}-mixes" for recipe in mix_splits)
                    + (" --long-ranks" if long_ranks else "")
                    + (f" --slowdown-window-s {slowdown_window_s:g}" if slowdown_window_s is not None else "")
