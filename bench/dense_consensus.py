@@ -30,7 +30,7 @@ import pandas as pd
 
 from shardplan.cost.profiles import load1
 from shardplan.errors import InputError, exit_status
-from pooled import POOLED_COLUMNS, TOLERANCE, add_report_args, read_pooled  # siblings: bench/ is on sys.path when run
+from pooled import POOLED_COLUMNS, TOLERANCE, add_report_args, read_checked, read_pooled  # siblings: bench/ is on sys.path when run
 from provenance import provenance, write_report
 
 
@@ -39,7 +39,8 @@ def dense_medians(drift: dict[str, Path]) -> pd.DataFrame:
     neighbours' readings, keyed ``r<rank>/n<index>``, are left out)."""
     frames = []
     for task, path in drift.items():
-        df = pd.read_csv(path, dtype={"rank": str})
+        df = read_checked(path, "--drift", ("rank", "ms"), "give a readings CSV written by bench/rank_drift.py",
+                          dtype={"rank": str})
         own = df[df["rank"].str.fullmatch(r"\d+")].astype({"rank": int})
         frames.append(own.groupby("rank")["ms"].agg(dense_ms="median", readings="size").reset_index()
                       .assign(task=task))

@@ -4,7 +4,8 @@
 those files, both count ranks within :data:`TOLERANCE` of a consensus, and
 both write a named report with ranks under ``--short-ms`` apart; the reading
 (checked, so a wrong file is an error naming it and what it lacks, not a
-pandas traceback) and the shared options live here.
+pandas traceback; :func:`read_checked` for the other CSVs they take) and the
+shared options live here.
 """
 from __future__ import annotations
 
@@ -20,18 +21,24 @@ TOLERANCE = 0.15  # issue 2's bar: predicted per-rank compute within 15% of meas
 POOLED_COLUMNS = ("task", "rank", "predicted_ms", "consensus_ms")
 
 
-def read_pooled(path: Path, option: str) -> pd.DataFrame:
-    """A pooled file's per-rank prediction and consensus; ``option`` is the argument that named it."""
-    fix = "give a per-rank CSV written by bench/plan_accuracy_runs.py"
+def read_checked(path: Path, option: str, columns: tuple[str, ...], fix: str, **read_csv) -> pd.DataFrame:
+    """``path``'s CSV, which must hold ``columns``; else an error naming ``option`` (the argument that
+    named the file), the file and what is wrong, with ``fix``."""
     if not path.is_file():
         raise InputError(option, f"{path} does not exist", fix)
     try:
-        df = pd.read_csv(path)
+        df = pd.read_csv(path, **read_csv)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise InputError(option, f"{path} is not a readable CSV ({exc})", fix) from None
-    missing = [c for c in POOLED_COLUMNS if c not in df.columns]
+    missing = [c for c in columns if c not in df.columns]
     if missing:
         raise InputError(option, f"{path} lacks the column(s) {', '.join(missing)}", fix)
+    return df
+
+
+def read_pooled(path: Path, option: str) -> pd.DataFrame:
+    """A pooled file's per-rank prediction and consensus; ``option`` is the argument that named it."""
+    df = read_checked(path, option, POOLED_COLUMNS, "give a per-rank CSV written by bench/plan_accuracy_runs.py")
     return df[list(POOLED_COLUMNS)]
 
 

@@ -29,3 +29,13 @@ def test_short_ranks_take_the_median_of_their_own_readings(load_script, tmp_path
     assert not df.loc[("t-1", 0), "within"]  # +20.5%
     with pytest.raises(InputError, match="t-1 r0"):  # a short rank with no dense readings is an error
         dense.combined(pooled, dense.dense_medians({"t-0": drift["t-0"]}), short_ms=10.0)
+
+
+def test_a_readings_file_without_rank_or_ms_is_an_error_naming_it(load_script, tmp_path) -> None:
+    dense = load_script("bench/dense_consensus.py")
+    pooled_file = tmp_path / "pooled.csv"  # a pooled file passed where the readings go
+    pd.DataFrame({"task": ["t-0"], "rank": [0], "predicted_ms": [6.0], "consensus_ms": [5.0]}).to_csv(pooled_file)
+    with pytest.raises(InputError, match=r"pooled\.csv lacks the column\(s\) ms"):
+        dense.dense_medians({"t-0": pooled_file})
+    with pytest.raises(InputError, match="does not exist"):
+        dense.dense_medians({"t-0": tmp_path / "missing.csv"})
