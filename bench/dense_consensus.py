@@ -30,7 +30,8 @@ import pandas as pd
 
 from shardplan.cost.profiles import load1
 from shardplan.errors import InputError, exit_status
-from pooled import POOLED_COLUMNS, TOLERANCE, add_report_args, read_checked, read_pooled  # siblings: bench/ is on sys.path when run
+from pooled import (POOLED_COLUMNS, TOLERANCE, add_report_args, read_checked,  # siblings: bench/ is on sys.path
+                    read_pooled)
 from provenance import provenance, write_report
 
 
