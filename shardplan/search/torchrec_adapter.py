@@ -12,6 +12,11 @@
 """
 from __future__ import annotations
 
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator
+
 from ..cost.estimator import PlanEstimator
 from ..cost.kernel import OPTIMIZER_NAMES
 from ..domain import SHARDING_TYPES, Plan, Shard, Table, TableSharding, Task
@@ -162,6 +167,35 @@ class TorchRecSearcher(Searcher):
         return torchrec_shardings(task)
 
 
+class _PlannerNoise(logging.Filter):
+    """Drops the warnings TorchRec's planner logs on every dry run of a task of ours: a data-parallel
+    table's missing sharding spec, and the unmaterialised dense tensors (we give it none)."""
+
+    NOISE = ("Sharding spec not found for ", "There is a known issue with TorchRec's dense tensor size")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(self.NOISE)
+
+
+@contextlib.contextmanager
+def _quiet_planner() -> Iterator[None]:
+    """TorchRec's planner without the warnings it raises on every plan of ours (none is actionable by a
+    user of shardplan: they are about the default storage reservation and data-parallel tables, which
+    are what TorchRec's users get too). Other warnings and errors pass."""
+    noise = _PlannerNoise()
+    loggers = [logging.getLogger(), logging.getLogger("torchrec.distributed.planner.storage_reservations")]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="HeuristicalStorageReservation is known to cause issues",
+                                category=FutureWarning)
+        for lg in loggers:
+            lg.addFilter(noise)
+        try:
+            yield
+        finally:
+            for lg in loggers:
+                lg.removeFilter(noise)
+
+
 def torchrec_shardings(task: Task) -> list[TableSharding]:
     """TorchRec's planner on ``task``, given each table's allowed sharding types as its constraints."""
     from torchrec.distributed.planner import EmbeddingShardingPlanner
@@ -178,10 +212,11 @@ def torchrec_shardings(task: Task) -> list[TableSharding]:
     constraints = {t.name: ParameterConstraints(pooling_factors=[max(t.pooling_factor, 1e-3)],
                                                 sharding_types=theirs(t))
                    for t in task.tables}
-    planner = EmbeddingShardingPlanner(topology=torchrec_topology(task),
-                                       batch_size=task.batch_size_per_rank, constraints=constraints)
     try:
-        plan = planner.plan(embedding_bag_collection(task), [sharder(task)])
+        with _quiet_planner():
+            planner = EmbeddingShardingPlanner(topology=torchrec_topology(task),
+                                               batch_size=task.batch_size_per_rank, constraints=constraints)
+            plan = planner.plan(embedding_bag_collection(task), [sharder(task)])
     except (PlannerError, RuntimeError) as e:  # RuntimeError: no sharding type left for a table's constraints
         first = str(e).strip().splitlines()[0]
         raise InfeasibleError("task", f"TorchRec's planner found no plan: {first}",
