@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from shardplan.cost.calibration import EARLIER_FEATURES, FEATURES
-from shardplan.cost.estimator import load_estimator
+from shardplan.cost.estimator import PlanEstimator, load_estimator
 from shardplan.cost.specs import ShardSpec, rank_specs
 from shardplan.errors import InfeasibleError, InputError, exit_status
 from shardplan.formats import load_task, write_text_atomic
@@ -83,7 +83,7 @@ def committed_runs(pattern: str, since: str = FIRST_RUN) -> dict[str, pd.DataFra
 RankKey = tuple[str, int]  # (task name, rank)
 
 
-def suite_ranks(suite: Path, searcher: str, est) -> dict[RankKey, list[ShardSpec]]:
+def suite_ranks(suite: Path, searcher: str, est: PlanEstimator) -> dict[RankKey, list[ShardSpec]]:
     """The shards of every non-empty rank of ``searcher``'s plan of each task in ``suite`` (tasks it
     cannot place are left out)."""
     ranks: dict[RankKey, list[ShardSpec]] = {}
@@ -98,9 +98,13 @@ def suite_ranks(suite: Path, searcher: str, est) -> dict[RankKey, list[ShardSpec
     return ranks
 
 
-def predicted_ms(est, ranks: dict[RankKey, list[ShardSpec]]) -> pd.Series:
-    """``est``'s fwd+bwd compute ms of each rank."""
-    return pd.Series({k: f + b for k, ((f, b),) in ((k, est.rank_compute([s])) for k, s in ranks.items())})
+def predicted_ms(est: PlanEstimator, ranks: dict[RankKey, list[ShardSpec]]) -> pd.Series:
+    """``est``'s fwd+bwd compute ms of each rank (priced one rank a call, as the runs were scored)."""
+    ms = {}
+    for key, specs in ranks.items():
+        (fwd, bwd), = est.rank_compute([specs])
+        ms[key] = fwd + bwd
+    return pd.Series(ms)
 
 
 def pooled_runs(runs: dict[str, pd.DataFrame], ranks: dict[RankKey, list[ShardSpec]], measured: str,
