@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from shardplan.cost.estimator import load_estimator
+from shardplan.cost.estimator import PlanEstimator, load_estimator
 from shardplan.cost.profiles import load1
 from shardplan.errors import InputError, exit_status
 from instrument_agreement import summary  # siblings: bench/ is on sys.path when run
@@ -42,9 +42,10 @@ SUITES = ("data/tasks/unseen-a", "data/tasks/unseen-b", "data/tasks/unseen-c", "
 INSTRUMENTS = {"calibrated_ms": "cal_ms", "label_protocol_ms": "meas_ms"}
 
 
-def suite_consensus(suite: Path, profile: str, searcher: str, runs_glob: str, est) -> tuple[dict, pd.DataFrame, int]:
+def suite_consensus(suite: Path, profile: str, searcher: str, runs_glob: str, est: PlanEstimator,
+                    results: Path = Path("bench/results")) -> tuple[dict, pd.DataFrame, int]:
     """One suite's ranks (their shards), both instruments' consensus per rank, and how many runs were pooled."""
-    paths = sorted(Path("bench/results").glob(runs_glob.format(profile=profile, suite=suite.name)))
+    paths = sorted(results.glob(runs_glob.format(profile=profile, suite=suite.name)))
     if not paths:
         raise InputError("--runs-glob", f"no runs of {suite} match {runs_glob!r}",
                          "run bench/plan_accuracy.py --calibrate on the suite first, or give another glob")
