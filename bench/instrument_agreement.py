@@ -44,9 +44,21 @@ def paired(cal_path: Path, meas_path: Path) -> pd.DataFrame:
                          "calibrated_ms": df.consensus_ms_cal, "label_protocol_ms": df.consensus_ms_meas})
 
 
+ERRORS = {"error, calibrated": "calibrated_ms", "error, label protocol": "label_protocol_ms"}
+
+
+def model_errors(df: pd.DataFrame) -> pd.DataFrame:
+    """The model's signed error against each instrument's consensus, one column per :data:`ERRORS` name."""
+    return pd.DataFrame({name: df.predicted_ms / df[column] - 1 for name, column in ERRORS.items()})
+
+
+def percent(frame: pd.DataFrame, columns) -> pd.DataFrame:
+    """``frame`` with ``columns`` written as signed percentages, for a report's table."""
+    return frame.assign(**{c: frame[c].map(lambda x: f"{100 * x:+.1f}%") for c in columns})
+
+
 def summary(df: pd.DataFrame) -> dict[str, object]:
-    err_cal = (df.predicted_ms / df.calibrated_ms - 1).abs()
-    err_meas = (df.predicted_ms / df.label_protocol_ms - 1).abs()
+    err_cal, err_meas = (e.abs() for _, e in model_errors(df).items())
     gap = (df.calibrated_ms / df.label_protocol_ms - 1).abs()
     tol = TOLERANCE
     return {"ranks": len(df),
@@ -80,15 +92,11 @@ def main() -> None:
              {"ranks of": f"all, {args.short_ms:g} ms or more", **summary(df[~short])},
              {"ranks of": "all", **summary(df)}]
     table = pd.DataFrame(rows)
-    df["error, calibrated"] = df.predicted_ms / df.calibrated_ms - 1
-    df["error, label protocol"] = df.predicted_ms / df.label_protocol_ms - 1
+    df[list(ERRORS)] = model_errors(df)
     df["instruments' gap"] = df.calibrated_ms / df.label_protocol_ms - 1
-    flagged = df[(df[["error, calibrated", "error, label protocol"]].abs() > TOLERANCE).any(axis=1)
-                 | (df["instruments' gap"].abs() > 0.10)]
-    shown = flagged[["task", "rank", "predicted_ms", "calibrated_ms", "label_protocol_ms", "error, calibrated",
-                     "error, label protocol", "instruments' gap"]].copy()
-    for c in ("error, calibrated", "error, label protocol", "instruments' gap"):
-        shown[c] = shown[c].map(lambda x: f"{100 * x:+.1f}%")
+    flagged = df[(df[list(ERRORS)].abs() > TOLERANCE).any(axis=1) | (df["instruments' gap"].abs() > 0.10)]
+    shown = percent(flagged[["task", "rank", "predicted_ms", "calibrated_ms", "label_protocol_ms", *ERRORS,
+                             "instruments' gap"]], [*ERRORS, "instruments' gap"])
     md = [f"# Two instruments on the same plan ranks: {args.name}", "",
           *provenance(load_before, ". Measured: each suite's runs pooled per rank (median over runs) by "
                       "`bench/plan_accuracy_runs.py`, once neighbour-calibrated (`cal_ms`) and once as the labels "

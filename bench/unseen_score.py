@@ -33,7 +33,7 @@ import pandas as pd
 from shardplan.cost.estimator import PlanEstimator, load_estimator
 from shardplan.cost.profiles import load1
 from shardplan.errors import InputError, exit_status
-from instrument_agreement import summary  # siblings: bench/ is on sys.path when run
+from instrument_agreement import ERRORS, model_errors, percent, summary  # siblings: bench/ is on sys.path when run
 from plan_accuracy_runs import consensus_ms, pooled_runs, predicted_ms, suite_ranks
 from pooled import TOLERANCE, add_report_args
 from provenance import provenance, write_report
@@ -91,7 +91,7 @@ def main() -> None:
     df = pd.concat(frames, ignore_index=True)
 
     def scored(g: pd.DataFrame) -> dict[str, object]:
-        mape = (g.predicted_ms / g.calibrated_ms - 1).abs().mean()
+        mape = model_errors(g)["error, calibrated"].abs().mean()
         return {**summary(g), "MAPE, calibrated": f"{100 * mape:.1f}%"}
 
     rows = []
@@ -102,15 +102,12 @@ def main() -> None:
                  {"model": name, "ranks of": f"{args.short_ms:g} ms or more", **scored(g[~short])},
                  {"model": name, "ranks of": "all", **scored(g)}]
     table = pd.DataFrame(rows)
-    df["error, calibrated"] = df.predicted_ms / df.calibrated_ms - 1
-    df["error, label protocol"] = df.predicted_ms / df.label_protocol_ms - 1
-    missed = df[(df[["error, calibrated", "error, label protocol"]].abs() > TOLERANCE).any(axis=1)]
+    df[list(ERRORS)] = model_errors(df)
+    missed = df[(df[list(ERRORS)].abs() > TOLERANCE).any(axis=1)]
     missed = missed.sort_values(["task", "rank"], kind="stable").sort_values(
         "model", key=lambda m: m.map(list(models).index), kind="stable")
-    shown = missed[["model", "task", "rank", "predicted_ms", "calibrated_ms", "label_protocol_ms",
-                    "error, calibrated", "error, label protocol"]].copy()
-    for c in ("error, calibrated", "error, label protocol"):
-        shown[c] = shown[c].map(lambda x: f"{100 * x:+.1f}%")
+    shown = percent(missed[["model", "task", "rank", "predicted_ms", "calibrated_ms", "label_protocol_ms",
+                            *ERRORS]], ERRORS)
     md = [f"# TorchRec's unseen ranks against both pooled instruments: {args.name}", "",
           *provenance(load_before, f". Runs pooled per suite: {', '.join(pooled)} (`{args.runs_glob}`). Measured: "
                       "per rank the median over runs of real FBGEMM CPU kernel times, neighbour-calibrated and as "

@@ -76,6 +76,8 @@ def test_a_second_collection_skips_the_sets_of_an_earlier_file(tmp_path):
                                       skip=[other]).src_row) == {0, 1, 2}
     with pytest.raises(InputError, match="--skip"):
         collect_decompositions(prof, tmp_path / "fourth.parquet", 1, reps=1, src=src, skip=[src])
+    with pytest.raises(InputError, match="no decomposition file"):
+        collect_decompositions(prof, tmp_path / "fifth.parquet", 1, reps=1, src=src, skip=[tmp_path / "none"])
 
 
 def test_decomposition_ratios_teach_how_far_a_set_sits_over_its_shards_alone():

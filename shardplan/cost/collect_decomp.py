@@ -102,10 +102,13 @@ def time_decomposition(specs: list[ShardSpec], optimizer: str, dtype: str, profi
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
 
 
-def _rows_of(df: pd.DataFrame, src: Path) -> pd.Series:
-    """The source rows of ``src`` that a decomposition file holds."""
+def _rows_of(path: Path, src: Path) -> pd.Series:
+    """The source rows of ``src`` that the decomposition file ``path`` holds."""
+    if not path.is_file():
+        raise InputError("--skip", f"no decomposition file at {path}", "name an existing parquet file or drop it")
+    df = pd.read_parquet(path)
     if "src_row" not in df or "src" not in df:
-        raise InputError("--skip", "not a decomposition file (no src_row/src columns)",
+        raise InputError("--skip", f"{path} is not a decomposition file (no src_row/src columns)",
                          "name a file written by shardplan collect decompositions")
     return df.loc[df["src"] == src.name, "src_row"]
 
@@ -124,7 +127,7 @@ def collect_decompositions(profile: Profile, out: Path, num_sets: int, reps: int
     sources = decomposition_sources(pd.read_parquet(src), by_batch=by_batch)
     existing = pd.read_parquet(out) if out.exists() else pd.DataFrame()
     done = set(existing["src_row"]) if len(existing) else set()
-    taken = done | {int(i) for f in skip for i in _rows_of(pd.read_parquet(f), src)}
+    taken = done | {int(i) for f in skip for i in _rows_of(f, src)}
     todo = [i for i in sources.index if i not in taken][:max(0, num_sets - len(done))]
     stamps: dict[tuple[str, str], dict[str, object]] = {}
     rows: list[dict] = []
