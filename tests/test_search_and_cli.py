@@ -208,6 +208,26 @@ def test_torchrecs_planner_runs_without_its_dry_run_noise(caplog, estimator):
     assert not logging.getLogger().filters  # the filter went with the plan
 
 
+def test_torchrecs_planner_runs_one_at_a_time(estimator):
+    """The quiet planner's warning filters are process-wide, so a second thread's planner run waits for
+    the first (REST threads): held here, the lock keeps a planning thread from finishing; released, the
+    plan comes and the process's filters are as before."""
+    import threading
+    import warnings
+
+    from shardplan.search import torchrec_adapter as ta
+
+    task = load_task("data/tasks/cpu-bench/cpu-bench-00.json")
+    before, plans = list(warnings.filters), []
+    with ta._PLANNER_LOCK:
+        worker = threading.Thread(target=lambda: plans.append(get_searcher("torchrec").plan(task, estimator)))
+        worker.start()
+        worker.join(timeout=1.0)
+        assert worker.is_alive() and not plans
+    worker.join(timeout=120)
+    assert plans and plans[0].tables and warnings.filters == before
+
+
 @pytest.mark.parametrize("task_path, types", [("data/tasks/gpu-bench/gpu-bench-00.json", None),
                                               ("data/tasks/cpu-bench/cpu-bench-07.json",
                                                ["column_wise", "table_column_wise", "data_parallel"])])

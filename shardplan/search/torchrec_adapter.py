@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import warnings
 from collections.abc import Iterator
 
@@ -27,6 +28,9 @@ from .placement import replicas
 _FROM_TORCHREC = {"table_column_wise": "column_wise"}
 _TO_TORCHREC = {"column_wise": ("column_wise", "table_column_wise")}
 EMBEDDING_LR = 0.01  # every table's, fused or (data-parallel replicas, execute.dmp) not
+# One TorchRec planner run at a time: the warning filters _quiet_planner sets are process-wide, and two
+# overlapping runs (threads of the REST service) would restore each other's saved filters out of order.
+_PLANNER_LOCK = threading.Lock()
 
 
 def feature_name(table: str) -> str:
@@ -181,10 +185,10 @@ class _PlannerNoise(logging.Filter):
 def _quiet_planner() -> Iterator[None]:
     """TorchRec's planner without the warnings it raises on every plan of ours (none is actionable by a
     user of shardplan: they are about the default storage reservation and data-parallel tables, which
-    are what TorchRec's users get too). Other warnings and errors pass."""
+    are what TorchRec's users get too). Other warnings and errors pass. Runs hold ``_PLANNER_LOCK``."""
     noise = _PlannerNoise()
     loggers = [logging.getLogger(), logging.getLogger("torchrec.distributed.planner.storage_reservations")]
-    with warnings.catch_warnings():
+    with _PLANNER_LOCK, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="HeuristicalStorageReservation is known to cause issues",
                                 category=FutureWarning)
         for lg in loggers:
