@@ -21,7 +21,7 @@ some hot table may go by rows, with the hot tables spread row-wise (over
 several hosts, table-row-wise on one host's ranks;
 :func:`~.neuroshard.hot_spread_state`). Each kind's best plan is finished by
 the pairwise polish (:func:`~.polish.polish`) and the cheapest polished plan
-by predicted cost wins. Training episodes see the first two kinds of unit.
+by predicted cost wins. Training episodes cycle through the same kinds (a candidate, session 60).
 """
 from __future__ import annotations
 
@@ -126,6 +126,24 @@ def _check_profile(path: Path, meta: dict[str, Any], profile: str) -> None:
                          "train a policy for this profile with `shardplan train-policy`")
 
 
+def episode_kinds(task: Task, estimator: PlanEstimator, placer: Placer | None = None) -> list[PlacementEnv]:
+    """The task's episodes, one per distinct way of cutting it into units: each split choice; each again
+    with the tables much wider than a rank's column share cut, where that cuts something; and, where
+    some hot table can go by rows, the hot tables spread so (with the wide cut too, where it cuts
+    something). Column blocks leave every id's lookups on each block's rank, which no cut spreads
+    (gpu-multihost-00's 200-row table of pooling 150). Planning tries every kind."""
+    placer = placer or Placer(task, estimator)
+    envs = [PlacementEnv(task, estimator, hot_share, placer) for hot_share in SPLIT_CHOICES]
+    envs += [PlacementEnv(task, estimator, hot_share, placer, wide=True)
+             for hot_share, e in zip(SPLIT_CHOICES, envs) if wide_split_state(task, e.state) != e.state]
+    spread = PlacementEnv(task, estimator, HOT_SHARE, placer, spread=True)
+    if spread.state != envs[SPLIT_CHOICES.index(HOT_SHARE)].state:
+        envs.append(spread)
+        if wide_split_state(task, spread.state) != spread.state:
+            envs.append(PlacementEnv(task, estimator, HOT_SHARE, placer, wide=True, spread=True))
+    return envs
+
+
 @register
 class RLSearcher(Searcher):
     name = "rl"
@@ -148,19 +166,8 @@ class RLSearcher(Searcher):
         net, meta = _read_policy(str(path), path.stat().st_mtime_ns)
         _check_profile(path, meta, estimator.profile)
         placer = Placer(task, estimator)
-        envs = [PlacementEnv(task, estimator, hot_share, placer) for hot_share in SPLIT_CHOICES]
-        # Each split choice again with the tables much wider than a rank's column share cut, where that
-        # cuts something; and, where some hot table can go by rows, the hot tables spread so (with the
-        # wide cut too, where it cuts something): column blocks leave every id's lookups on each block's
-        # rank, which no cut spreads (gpu-multihost-00's 200-row table of pooling 150).
-        envs += [PlacementEnv(task, estimator, hot_share, placer, wide=True)
-                 for hot_share, e in zip(SPLIT_CHOICES, envs) if wide_split_state(task, e.state) != e.state]
-        spread = PlacementEnv(task, estimator, HOT_SHARE, placer, spread=True)
-        if spread.state != envs[SPLIT_CHOICES.index(HOT_SHARE)].state:
-            envs.append(spread)
-            if wide_split_state(task, spread.state) != spread.state:
-                envs.append(PlacementEnv(task, estimator, HOT_SHARE, placer, wide=True, spread=True))
-        bests = [b for b in (self._best(env, net, seed) for env in envs) if b is not None]
+        bests = [b for b in (self._best(env, net, seed) for env in episode_kinds(task, estimator, placer))
+                 if b is not None]
         if not bests:
             raise InfeasibleError("task", f"the policy's plans ({1 + self.samples}) all overflow a rank's memory",
                                   "use a packing searcher (neuroshard, greedy-size) or raise memory_per_rank_gb")
@@ -207,7 +214,8 @@ def train_policy(estimator: PlanEstimator, out: Path, updates: int = 300, tasks_
     ckpt = out.with_suffix(".ckpt")
     # A checkpoint resumes only the run that wrote it: same cost model, settings, split step and tasks.
     config = {"cost_model": estimator.compute_name, "tasks_per_update": tasks_per_update, "rollouts": rollouts,
-              "lr": lr, "seed": seed, "split_choices": list(SPLIT_CHOICES), "task_recipe": TASK_RECIPE}
+              "lr": lr, "seed": seed, "split_choices": list(SPLIT_CHOICES), "episode_kinds": "all",
+              "task_recipe": TASK_RECIPE}
     start, history = 0, []
     if ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
@@ -225,9 +233,10 @@ def train_policy(estimator: PlanEstimator, out: Path, updates: int = 300, tasks_
         for k in range(tasks_per_update):
             task = generate_task(rng, train_pool, f"rl-train-{u}-{k}", profile, num_tables=(10, 60))
             try:
-                env = PlacementEnv(task, estimator, SPLIT_CHOICES[k % len(SPLIT_CHOICES)])
+                kinds = episode_kinds(task, estimator)
             except InputError:
                 continue
+            env = kinds[(u * tasks_per_update + k) % len(kinds)]
             lower = env.scale  # sum of solo predicted costs / ranks: no plan's compute is much below it
             results = [(lp, env.plan_cost()) for lp in (rollout(env, net, "train", rng) for _ in range(rollouts))]
             rewards = torch.tensor([-c / lower for _, c in results])
@@ -247,7 +256,7 @@ def train_policy(estimator: PlanEstimator, out: Path, updates: int = 300, tasks_
                         "config": config}, ckpt)
     meta = {"profile": profile.name, "cost_model": estimator.compute_name, "updates": updates,
             "tasks_per_update": tasks_per_update, "rollouts": rollouts, "lr": lr, "seed": seed,
-            "train_pool": "meta_synthetic, even table indices (odd half held out)",
+            "episode_kinds": "all", "train_pool": "meta_synthetic, even table indices (odd half held out)",
             "cost_over_bound_first_last": [round(float(np.mean(history[:10])), 4),
                                            round(float(np.mean(history[-10:])), 4)],
             "command": f"shardplan train-policy --profile {profile.name} --updates {updates} --seed {seed}",
