@@ -21,7 +21,9 @@ some hot table may go by rows, with the hot tables spread row-wise (over
 several hosts, table-row-wise on one host's ranks;
 :func:`~.neuroshard.hot_spread_state`). Each kind's best plan is finished by
 the pairwise polish (:func:`~.polish.polish`) and the cheapest polished plan
-by predicted cost wins. Training episodes cycle through the same kinds (a candidate, session 60).
+by predicted cost wins. Training episodes see the split choices alone: trained on every kind in
+turn, the ``cpu-2c-nested`` policy planned unseen tables at the same predicted cost (docs/benchmark.md,
+"Session 60").
 """
 from __future__ import annotations
 
@@ -214,8 +216,7 @@ def train_policy(estimator: PlanEstimator, out: Path, updates: int = 300, tasks_
     ckpt = out.with_suffix(".ckpt")
     # A checkpoint resumes only the run that wrote it: same cost model, settings, split step and tasks.
     config = {"cost_model": estimator.compute_name, "tasks_per_update": tasks_per_update, "rollouts": rollouts,
-              "lr": lr, "seed": seed, "split_choices": list(SPLIT_CHOICES), "episode_kinds": "all",
-              "task_recipe": TASK_RECIPE}
+              "lr": lr, "seed": seed, "split_choices": list(SPLIT_CHOICES), "task_recipe": TASK_RECIPE}
     start, history = 0, []
     if ckpt.exists():
         state = torch.load(ckpt, weights_only=False)
@@ -233,10 +234,9 @@ def train_policy(estimator: PlanEstimator, out: Path, updates: int = 300, tasks_
         for k in range(tasks_per_update):
             task = generate_task(rng, train_pool, f"rl-train-{u}-{k}", profile, num_tables=(10, 60))
             try:
-                kinds = episode_kinds(task, estimator)
+                env = PlacementEnv(task, estimator, SPLIT_CHOICES[k % len(SPLIT_CHOICES)])
             except InputError:
                 continue
-            env = kinds[(u * tasks_per_update + k) % len(kinds)]
             lower = env.scale  # sum of solo predicted costs / ranks: no plan's compute is much below it
             results = [(lp, env.plan_cost()) for lp in (rollout(env, net, "train", rng) for _ in range(rollouts))]
             rewards = torch.tensor([-c / lower for _, c in results])
@@ -256,7 +256,7 @@ def train_policy(estimator: PlanEstimator, out: Path, updates: int = 300, tasks_
                         "config": config}, ckpt)
     meta = {"profile": profile.name, "cost_model": estimator.compute_name, "updates": updates,
             "tasks_per_update": tasks_per_update, "rollouts": rollouts, "lr": lr, "seed": seed,
-            "episode_kinds": "all", "train_pool": "meta_synthetic, even table indices (odd half held out)",
+            "train_pool": "meta_synthetic, even table indices (odd half held out)",
             "cost_over_bound_first_last": [round(float(np.mean(history[:10])), 4),
                                            round(float(np.mean(history[-10:])), 4)],
             "command": f"shardplan train-policy --profile {profile.name} --updates {updates} --seed {seed}",
