@@ -136,3 +136,17 @@ def test_a_replayed_calibration_divides_a_hosts_slowdown_out_and_shows_one_bad_l
     err = replay.replay(bad, raw, specs, tasks, k=6)
     assert err[10] == pytest.approx(1 / 1.3 - 1)  # its neighbours are of other tasks: their labels are right
     assert np.median(np.abs(np.delete(err, 10))) < 1e-9  # only the few it serves as a neighbour move
+
+
+def test_the_replay_reports_short_and_long_ranks_apart(load_script):
+    """The instrument's floor is the short ranks': the replay's bands split the ranks by label, each once."""
+    replay = load_script("bench/calibration_replay.py")
+    labels = np.array([2.0, 9.99, 10.0, 40.0])
+    bands = dict(replay.length_bands(labels, 10.0))
+    assert list(bands) == ["all", "under 10 ms", "10 ms or more"]
+    assert bands["under 10 ms"].tolist() == [True, True, False, False]
+    assert (bands["under 10 ms"] ^ bands["10 ms or more"]).all() and bands["all"].all()
+    cols = replay.error_columns(np.array([0.2, -0.06, 0.1, -0.12]))
+    assert cols["ranks"] == 4 and cols["within 15%"] == "75%" and cols["within 10%"] == "50%"
+    assert cols["mean error"] == "+3.0%" and cols["mean abs error"] == "12.0%"
+    assert replay.error_columns(np.array([])) == {"ranks": 0}
