@@ -12,7 +12,8 @@
 # file stays under bench/results/ with the machine's state in it.
 #
 # CANDIDATES (default: the banded candidates of session 40 and the committed model's nearest rivals):
-# folders under data/profiles/PROFILE/candidates/ to score on the same runs.
+# folders under data/profiles/PROFILE/candidates/ to score on the same runs, and then, with the committed
+# model, on every committed run of every unseen suite pooled (bench/unseen_score.py: the bar's count).
 #
 # MISSES: plan ranks "TASK_FILE:RANK,RANK" then timed again in turns beside their calibration neighbours
 # (bench/rank_drift.py --neighbours 6): on cpu-2c-xeon by default the committed model's four unseen-c misses
@@ -44,6 +45,14 @@ for c in ${CANDIDATES:-$default_candidates}; do
   .venv/bin/python bench/plan_accuracy_runs.py --suite "$suite" --profile "$profile" --measured cal_ms \
     --runs "${files[@]}" --model "$model" --name "plan-accuracy-runs-$profile-$name-cal_ms-${runs}runs-$stamp-$c"
 done
+# Every committed run of every unseen suite, this one's new runs among them, pooled per instrument: the
+# committed model and the candidates above side by side (bench/unseen_score.py, the bar's one count).
+models=()
+for c in ${CANDIDATES:-$default_candidates}; do
+  model="data/profiles/$profile/candidates/$c/compute-model.json"
+  [ -f "$model" ] && models+=("$model")
+done
+.venv/bin/python bench/unseen_score.py --profile "$profile" --name "$profile-$stamp" --models "${models[@]}"
 xeon_misses="data/tasks/unseen-c/unseen-c-04.json:1,2 data/tasks/unseen-c/unseen-c-05.json:3
   data/tasks/unseen-c/unseen-c-06.json:0 data/tasks/unseen-a/unseen-a-07.json:2"
 [ "$profile" = cpu-2c-xeon ] && default_misses=$xeon_misses || default_misses=""
