@@ -39,19 +39,16 @@ done
 .venv/bin/python bench/plan_accuracy_runs.py --suite "$suite" --profile "$profile" --measured cal_ms \
   --runs "${files[@]}" --name "plan-accuracy-runs-$profile-$name-cal_ms-${runs}runs-$stamp"
 default_candidates="context-totals-banded context-totals-banded-hot-mixes context-totals-banded-crowded-mixes hot-mixes"
+models=()
 for c in ${CANDIDATES:-$default_candidates}; do
   model="data/profiles/$profile/candidates/$c/compute-model.json"
   [ -f "$model" ] || { echo "no candidate $model; skipped"; continue; }
+  models+=("$model")
   .venv/bin/python bench/plan_accuracy_runs.py --suite "$suite" --profile "$profile" --measured cal_ms \
     --runs "${files[@]}" --model "$model" --name "plan-accuracy-runs-$profile-$name-cal_ms-${runs}runs-$stamp-$c"
 done
 # Every committed run of every unseen suite, this one's new runs among them, pooled per instrument: the
 # committed model and the candidates above side by side (bench/unseen_score.py, the bar's one count).
-models=()
-for c in ${CANDIDATES:-$default_candidates}; do
-  model="data/profiles/$profile/candidates/$c/compute-model.json"
-  [ -f "$model" ] && models+=("$model")
-done
 .venv/bin/python bench/unseen_score.py --profile "$profile" --name "$profile-$stamp" --models "${models[@]}"
 xeon_misses="data/tasks/unseen-c/unseen-c-04.json:1,2 data/tasks/unseen-c/unseen-c-05.json:3
   data/tasks/unseen-c/unseen-c-06.json:0 data/tasks/unseen-a/unseen-a-07.json:2"
