@@ -128,13 +128,13 @@ def _check_profile(path: Path, meta: dict[str, Any], profile: str) -> None:
                          "train a policy for this profile with `shardplan train-policy`")
 
 
-def episode_kinds(task: Task, estimator: PlanEstimator, placer: Placer | None = None) -> list[PlacementEnv]:
+def episode_kinds(task: Task, estimator: PlanEstimator, placer: Placer) -> list[PlacementEnv]:
     """The task's episodes, one per distinct way of cutting it into units: each split choice; each again
     with the tables much wider than a rank's column share cut, where that cuts something; and, where
     some hot table can go by rows, the hot tables spread so (with the wide cut too, where it cuts
     something). Column blocks leave every id's lookups on each block's rank, which no cut spreads
-    (gpu-multihost-00's 200-row table of pooling 150). Planning tries every kind."""
-    placer = placer or Placer(task, estimator)
+    (gpu-multihost-00's 200-row table of pooling 150). Planning tries every kind; ``placer`` is the
+    task's one, shared by the episodes."""
     envs = [PlacementEnv(task, estimator, hot_share, placer) for hot_share in SPLIT_CHOICES]
     envs += [PlacementEnv(task, estimator, hot_share, placer, wide=True)
              for hot_share, e in zip(SPLIT_CHOICES, envs) if wide_split_state(task, e.state) != e.state]
