@@ -8,7 +8,9 @@ its neighbours drawn from other tasks only, and both of its figures are
 compared with its label: divided by the reference's slowdown (what plan
 measurements do) and divided by its neighbours' factor. With ``--features``
 given more than once, each target is calibrated by each choice of neighbours
-in turn, so the choices are compared on the same targets in the same minutes.
+in turn, so the choices are compared on the same targets in the same minutes;
+``--visits`` given more than once does the same for how long each is timed.
+``--label-ms LO HI`` keeps targets of those quiet-host times (short ranks, say).
 Prints a table and
 writes ``bench/results/neighbour-calibration-<profile>[-NAME].{md,csv}``.
 Measured: real FBGEMM CPU kernel times; no model is involved.
@@ -61,7 +63,9 @@ def main() -> None:
     ap.add_argument("--profile", default="cpu-2c")
     ap.add_argument("--targets", type=at_least(1), default=24)
     ap.add_argument("--k", type=at_least(1), default=NEIGHBOURS)
-    ap.add_argument("--visits", type=at_least(1), default=VISITS)
+    ap.add_argument("--visits", type=at_least(1), action="append",
+                    help=f"visits of the rank and its neighbours a pass (default {VISITS}); give it again to "
+                         "compare, each target calibrated with each in turn")
     ap.add_argument("--passes", type=at_least(1), default=PASSES)
     ap.add_argument("--features", type=point_names, action="append",
                     help=f"what neighbours are chosen by, comma-separated among {', '.join(POINT_NAMES)} "
@@ -72,6 +76,8 @@ def main() -> None:
     ap.add_argument("--min-touched-mb", type=at_least(0, float), default=0.0,
                     help="only stored ranks whose ids touch at least this many MB of rows a batch "
                          "(cache-heavy ranks, whose slowdown the reference misses)")
+    ap.add_argument("--label-ms", type=at_least(0, float), nargs=2, metavar=("LO", "HI"),
+                    help="only stored ranks whose label is in [LO, HI) ms (the pool holds 1-50 ms)")
     ap.add_argument("--seed", type=at_least(0), default=0)
     ap.add_argument("--name", help="results file stem suffix")
     ap.add_argument("--out", default="bench/results")
@@ -82,24 +88,31 @@ def main() -> None:
         raise InputError("--profile", f"profile {args.profile!r} has no quiet-gated stored ranks",
                          "collect them with `shardplan collect ranks` first")
     choices = args.features or [FEATURES]
+    visit_choices = args.visits or [VISITS]
+    settings = [(f, v) for f in choices for v in visit_choices]
     # Both read off the pool's points (calibration.rank_point), not recomputed: touched a ms times ms.
     col = {n: pool.features[:, POINT_NAMES.index(n)] for n in POINT_NAMES}
     held_gb = np.exp(col["held"]) / 1e9
     touched_mb = np.exp(col["touched_per_ms"] + col["ms"]) / 1e6
-    eligible = (held_gb >= args.min_gb) & (touched_mb >= args.min_touched_mb)
+    label_ms = np.exp(col["ms"])
+    lo, hi = args.label_ms or (0.0, np.inf)
+    eligible = ((held_gb >= args.min_gb) & (touched_mb >= args.min_touched_mb)
+                & (label_ms >= lo) & (label_ms < hi))
     if not eligible.any():
-        raise InputError("--min-gb, --min-touched-mb",
-                         f"no stored rank holds {args.min_gb} GB and touches {args.min_touched_mb} MB a batch "
-                         f"(the most held is {held_gb.max():.2f} GB, touched {touched_mb.max():.1f} MB)",
-                         "lower one or both")
+        raise InputError("--min-gb, --min-touched-mb, --label-ms",
+                         f"no stored rank holds {args.min_gb} GB, touches {args.min_touched_mb} MB a batch and "
+                         f"is labelled {lo}-{hi} ms (the most held is {held_gb.max():.2f} GB, touched "
+                         f"{touched_mb.max():.1f} MB; labels {label_ms.min():.2f}-{label_ms.max():.2f} ms)",
+                         "widen them")
     load_before = load1()
     rows = []
     for i in tqdm(pick_targets(args.targets, args.seed, pool.features[:, 0], eligible), desc="targets"):
         r = pool.ranks[i]
-        for features in choices:  # in turn, so every choice meets the host in the same state
-            c = calibrated_timing(list(r.specs), r.optimizer, r.dtype, r.id_seed, profile, args.k, args.visits,
+        for features, visits in settings:  # in turn, so every choice meets the host in the same state
+            c = calibrated_timing(list(r.specs), r.optimizer, r.dtype, r.id_seed, profile, args.k, visits,
                                   args.passes, exclude_task=pool.tasks[i], features=features)
             rows.append({"target": i, "task": pool.tasks[i], "label_ms": r.label_ms, "features": ",".join(features),
+                         "visits": visits, "setting": f"by {','.join(features)}, {visits} visits",
                          "held_gb": held_gb[i], "touched_mb": touched_mb[i],
                          "raw_ms": c.raw_fwd_ms + c.raw_bwd_ms, "reference_slowdown": c.reference_slowdown,
                          "neighbour_factor": c.factor, "passes": c.passes,
@@ -118,13 +131,14 @@ def main() -> None:
 
     df["band"] = pd.cut(df.label_ms, [0, 3, 8, 20, np.inf], labels=["1-3 ms", "3-8 ms", "8-20 ms", "20-50 ms"])
     targets = df.drop_duplicates("target")
+    window = f" labelled {lo:g}-{hi:g} ms" if args.label_ms else ""
     md = [f"# Neighbour calibration against known labels, profile `{args.profile}`", "",
           *provenance(load_before, f". {len(targets)} stored ranks"
           + (f" holding {args.min_gb} GB or more" if args.min_gb else "")
-          + (f" touching {args.min_touched_mb} MB or more a batch" if args.min_touched_mb else "")
+          + (f" touching {args.min_touched_mb} MB or more a batch" if args.min_touched_mb else "") + window
           + " re-timed now, each beside its "
           f"{args.k} nearest labelled ranks of other tasks (by {' and, in turn, by '.join(map(', '.join, choices))}; "
-          f"{args.visits} visits, "
+          f"{' and, in turn, '.join(map(str, visit_choices))} visits, "
           f"up to {args.passes} passes); the "
           f"reference read {df.reference_slowdown.median():.2f}x quiet (median; "
           f"{df.reference_slowdown.min():.2f}-{df.reference_slowdown.max():.2f}x). Error = figure over the "
@@ -132,13 +146,13 @@ def main() -> None:
           "| divided by | mean abs error | median | within 10% | within 15% | mean error |",
           "| --- | --- | --- | --- | --- | --- |",
           f"| the reference's slowdown | {summary(df.by_reference)} |",
-          *(f"| the neighbours' factor (by {f}) | {summary(g.by_neighbours)} |"
-            for f, g in df.groupby("features", sort=False)), "",
-          "| label band | neighbours by | targets | by reference: mean abs | by neighbours: mean abs |",
+          *(f"| the neighbours' factor ({f}) | {summary(g.by_neighbours)} |"
+            for f, g in df.groupby("setting", sort=False)), "",
+          "| label band | neighbours | targets | by reference: mean abs | by neighbours: mean abs |",
           "| --- | --- | --- | --- | --- |"]
     md += [f"| {b} | {f} | {len(g)} | {100 * g.by_reference.abs().mean():.1f}% | "
            f"{100 * g.by_neighbours.abs().mean():.1f}% |"
-           for (b, f), g in df.groupby(["band", "features"], observed=True)]
+           for (b, f), g in df.groupby(["band", "setting"], observed=True)]
     write_text_atomic(out / f"{stem}.md", "\n".join(md) + "\n")
     print("\n".join(md))
 
