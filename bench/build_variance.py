@@ -34,21 +34,22 @@ from tqdm import tqdm
 from shardplan.argtypes import at_least
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.kernel import RankOp, time_reference
-from shardplan.cost.profiles import get_profile, load1, reference_ms
+from shardplan.cost.profiles import Profile, get_profile, load1, reference_ms
+from shardplan.cost.specs import ShardSpec
 from shardplan.errors import InputError, exit_status
 from shardplan.execute.measure import MEASURE_ID_SEED
 from shardplan.formats import load_task
 from plan_accuracy_runs import predicted_ms, suite_ranks  # siblings: bench/ is on sys.path when run
 from provenance import provenance, write_report
-
-SUITES = ("data/tasks/unseen-a", "data/tasks/unseen-b", "data/tasks/unseen-c", "data/tasks/unseen-d")
+from unseen_score import SUITES
 
 
 def log_sd(xs: list[float]) -> float:
     return float(np.std(np.log(xs), ddof=1))
 
 
-def time_builds(specs, optimizer: str, dtype: str, profile, builds: int) -> dict[str, list[float]]:
+def time_builds(specs: list[ShardSpec], optimizer: str, dtype: str, profile: Profile,
+                builds: int) -> dict[str, list[float]]:
     """Reference-divided fwd+bwd ms of one kept build (``same``) and of ``builds`` fresh ones (``fresh``),
     taken in turns, and the raw timings of both."""
     quiet = reference_ms(profile) or 1.0

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from shardplan.cost import calibration
@@ -150,3 +151,29 @@ def test_the_replay_reports_short_and_long_ranks_apart(load_script):
     assert cols["ranks"] == 4 and cols["within 15%"] == "75%" and cols["within 10%"] == "50%"
     assert cols["mean error"] == "+3.0%" and cols["mean abs error"] == "12.0%"
     assert replay.error_columns(np.array([])) == {"ranks": 0}
+
+
+def test_the_instrument_check_keeps_the_label_window_and_times_each_visit_count_in_turn(load_script, monkeypatch,
+                                                                                         tmp_path):
+    nc = load_script("bench/neighbour_calibration.py")
+    calls = []
+
+    def fake_timing(specs, optimizer, dtype, id_seed, profile, k, visits, passes, exclude_task, features):
+        calls.append(visits)
+        return calibration.CalibratedTiming(1.0, 1.0, 2.0, 1.0, (), 1)
+
+    monkeypatch.setattr(nc, "calibrated_timing", fake_timing)
+    monkeypatch.setattr("sys.argv", ["neighbour_calibration.py", "--profile", "cpu-2c", "--targets", "8",
+                                     "--label-ms", "1", "10", "--visits", "3", "--visits", "12",
+                                     "--out", str(tmp_path), "--name", "t"])
+    nc.main()
+    df = pd.read_csv(tmp_path / "neighbour-calibration-cpu-2c-t.csv")
+    assert df.label_ms.between(1, 10, inclusive="left").all()
+    assert calls[:2] == [3, 12] and len(calls) == 2 * df.target.nunique()
+    assert (df.groupby("target").visits.apply(sorted).apply(tuple) == (3, 12)).all()
+    report = (tmp_path / "neighbour-calibration-cpu-2c-t.md").read_text()
+    assert "3 visits" in report and "12 visits" in report
+    monkeypatch.setattr("sys.argv", ["neighbour_calibration.py", "--profile", "cpu-2c", "--label-ms", "500", "600",
+                                     "--out", str(tmp_path)])
+    with pytest.raises(InputError, match="--label-ms"):
+        nc.main()
