@@ -100,8 +100,9 @@ def main() -> None:
                 & (label_ms >= lo) & (label_ms < hi))
     if not eligible.any():
         raise InputError("--min-gb, --min-touched-mb, --label-ms",
-                         f"no stored rank holds {args.min_gb} GB, touches {args.min_touched_mb} MB a batch and "
-                         f"is labelled {lo}-{hi} ms (the most held is {held_gb.max():.2f} GB, touched "
+                         f"no stored rank holds {args.min_gb} GB and touches {args.min_touched_mb} MB a batch"
+                         + (f", labelled {lo:g}-{hi:g} ms" if args.label_ms else "")
+                         + f" (the most held is {held_gb.max():.2f} GB, touched "
                          f"{touched_mb.max():.1f} MB; labels {label_ms.min():.2f}-{label_ms.max():.2f} ms)",
                          "widen them")
     load_before = load1()
