@@ -13,8 +13,8 @@ turns, times A again and times a fresh build (B_i, same ids, discarded
 after), ``--builds`` times. Each timing is the profile's protocol (warm-up,
 median of its repeats; A's later timings take 1 warm-up call) bracketed by
 the reference workload. Reported per rank: the spread (standard deviation
-of log ms, divided by the reference around each) of A's timings and of the
-fresh builds', and the fresh builds' median over A's. Measured: real FBGEMM
+of log ms), raw and divided by the reference around each, of A's timings and
+of the fresh builds', and the fresh builds' median over A's. Measured: real FBGEMM
 kernel times of this host; the model only picks the ranks.
 
     MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 taskset -c 1 \\
