@@ -31,9 +31,10 @@ from tqdm import tqdm
 
 from shardplan.argtypes import at_least
 from shardplan.cost.collect import data_kinds, row_id_seed
-from shardplan.cost.kernel import CPU_DTYPES, CPU_OPTIMIZERS, RankOp, require_kernel, time_reference
-from shardplan.cost.profiles import Profile, get_profile, load1
-from shardplan.cost.specs import ShardSpec, specs_from_json
+from shardplan.cost.collect_paired import time_in_turns
+from shardplan.cost.kernel import CPU_DTYPES, CPU_OPTIMIZERS, require_kernel, time_reference
+from shardplan.cost.profiles import get_profile, load1
+from shardplan.cost.specs import specs_from_json
 from shardplan.errors import InputError, exit_status
 from pooled import add_report_args
 from provenance import provenance, write_report
@@ -51,21 +52,6 @@ def parse_kind(text: str, device: str) -> tuple[str, str]:
                          f"{', '.join(CPU_DTYPES)})")
     require_kernel(optimizer, dtype, device, fields=("--kinds", "--kinds"))
     return optimizer, dtype
-
-
-def time_kinds(specs: list[ShardSpec], id_seed: int, kinds: list[tuple[str, str]], profile: Profile,
-               visits: int) -> dict[tuple[str, str], tuple[float, float]]:
-    """Per kind, the (fwd, bwd) medians over every repeat of ``visits`` visits, the kinds taken in turns."""
-    ops = {k: RankOp(specs, *k, profile.device, id_seed) for k in kinds}
-    for op in ops.values():  # each build's warm-up, not a sample
-        op.run(profile.warmup, 1)
-    samples: dict[tuple[str, str], tuple[list[float], list[float]]] = {k: ([], []) for k in kinds}
-    for _ in range(visits):
-        for k, op in ops.items():
-            t = op.run(1, profile.repeats)
-            samples[k][0].extend(t.fwd_samples_ms)
-            samples[k][1].extend(t.bwd_samples_ms)
-    return {k: (float(np.median(f)), float(np.median(b))) for k, (f, b) in samples.items()}
 
 
 def kind_name(kind: tuple[str, str]) -> str:
@@ -120,7 +106,7 @@ def main() -> None:
     rows = []
     for n, (i, r) in enumerate(tqdm(list(picked.iterrows()), desc="sets")):
         specs = specs_from_json(r.shards)
-        times = time_kinds(specs, row_id_seed(r), kinds, profile, args.visits)
+        times = time_in_turns(specs, row_id_seed(r), kinds, profile, args.visits)
         rows.append({"row": i, "num_shards": len(specs), "label_ms": float(r.fwd_ms + r.bwd_ms),
                      "mean_cols": float(np.mean([s.cols for s in specs])),
                      "lookups": float(sum(s.pooling_factor * s.batch_size for s in specs)),

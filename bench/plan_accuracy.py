@@ -15,6 +15,7 @@ model should be held to. Both are reported.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import sys
 from pathlib import Path
@@ -27,7 +28,7 @@ from shardplan.argtypes import at_least
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import get_profile, load1
 from shardplan.cost.specs import ShardSpec, canonical, rank_specs, specs_to_json
-from shardplan.domain import Plan
+from shardplan.domain import OPTIMIZERS, Plan
 from shardplan.errors import InfeasibleError, exit_status
 from shardplan.execute.bench import machine_state_line, probes_by_task
 from shardplan.cost.fitness import wait_until_fit
@@ -68,6 +69,9 @@ def main() -> None:
     ap.add_argument("--name", help="results file stem (default plan-accuracy-PROFILE-SUITE)")
     ap.add_argument("--wait-fit", type=at_least(0, float), default=0.0, metavar="MINUTES",
                     help="before each task, wait up to this long for a machine that reproduces its cost labels")
+    ap.add_argument("--optimizer", choices=OPTIMIZERS,
+                    help="plan, price and time every task with this fused optimizer instead of its own (a profile "
+                         "of that optimizer's data, e.g. one labelled by shardplan collect paired)")
     ap.add_argument("--calibrate", action="store_true",
                     help="also time every rank beside labelled stored ranks like it (neighbour calibration)")
     args = ap.parse_args()
@@ -77,6 +81,8 @@ def main() -> None:
     load_before = load1()
     for path in tqdm(sorted(Path(args.suite).glob("*.json")), desc="tasks"):
         task = load_task(path)
+        if args.optimizer:
+            task = dataclasses.replace(task, optimizer=args.optimizer)
         try:
             plan = searcher.plan(task, est)
         except InfeasibleError as e:

@@ -97,6 +97,24 @@ def _cmd_collect_retime(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_collect_paired(args: argparse.Namespace) -> int:
+    from .cost.collect_paired import collect_paired
+    from .cost.profiles import check_collect_target, get_profile
+
+    profile, base = get_profile(args.profile), get_profile(args.base)
+    src = Path(args.src) if args.src else base.dir / "compute.parquet"
+    if not src.is_file():
+        raise InputError("--src", f"no cost-data file at {src}", f"give a parquet file of {base.name}'s folder")
+    out = Path(args.out) if args.out else profile.dir / src.name
+    if src.resolve() == out.resolve():
+        raise InputError("--out", "is the source file", "write the new kind's labels to another file")
+    check_collect_target(profile, out)
+    df = collect_paired(profile, base, src, out, args.optimizer, args.dtype, visits=args.visits, sets=args.sets,
+                        max_seconds=args.max_seconds)
+    print(f"{out}: {len(df)} rows labelled {args.optimizer}/{args.dtype} from {src}")
+    return 0
+
+
 def _cmd_collect_ranks(args: argparse.Namespace) -> int:
     from .cost.collect_ranks import collect_plan_ranks
     from .cost.profiles import check_collect_target, get_profile
@@ -343,9 +361,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from .report_text import cost_table, measured_note, plan_table
     from .search import DEFAULT_SEARCHER, get_searcher
 
-    if args.profile is None:  # the model file's own profile, else this host's
-        args.profile = _model_profile(args.model) if args.model else local_profile()
     task = load_task(args.task)
+    if args.profile is None:  # the model file's own profile, else this host's for the task's optimizer and dtype
+        args.profile = _model_profile(args.model) if args.model else local_profile((task.optimizer, task.dtype))
     plan = _make_plan(get_searcher(DEFAULT_SEARCHER), task, args)
     plan = _evaluate(plan, args)
     save_plan(plan, args.out)
@@ -399,7 +417,8 @@ def _cmd_searchers(args: argparse.Namespace) -> int:
 
 
 def _cmd_profiles(args: argparse.Namespace) -> int:
-    from .cost.profiles import BROKEN_PROFILES, PROFILES, host_cpu, host_profiles, measured_on_this_cpu, new_profile
+    from .cost.profiles import (BROKEN_PROFILES, DEFAULT_KIND, PROFILES, host_cpu, host_profiles, measured_on_this_cpu,
+                                model_kinds, new_profile)
 
     if args.new:
         if not args.like:
@@ -418,13 +437,16 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     others = (f" (also measured on this CPU: {', '.join(p.name for p in mine[1:])}; shardplan run takes "
               f"{here.name}; SHARDPLAN_PROFILE=NAME or --profile picks another)" if len(mine) > 1 else "")
     print(f"this host: {host_cpu()!r}; its profile: {here.name if here else 'none trained'}{others}")
+    width = max(map(len, [*PROFILES, *BROKEN_PROFILES]), default=0) + 1
     for name, p in PROFILES.items():
         trained = ("trained" if (p.dir / "compute-model.json").exists() else
                    "roofline only" if p.published else "no compute model")  # an untrained GPU plans by its HBM
+        kinds = model_kinds(p)  # a profile of another optimizer or weight type than the default's says which
+        kind = "" if kinds == ([DEFAULT_KIND[0]], [DEFAULT_KIND[1]]) else f" ({', '.join(sum(kinds, []))})"
         tags = [t for t, on in (("default", name == DEFAULT_PROFILE), ("this host", measured_on_this_cpu(p))) if on]
-        print(f"{name:<14}{', '.join(tags):<20}{trained:<18}{p.description}{_host_state_note(p)}")
+        print(f"{name:<{width}}{', '.join(tags):<20}{trained + kind:<18}{p.description}{_host_state_note(p)}")
     for name, problem in BROKEN_PROFILES.items():
-        print(f"{name:<14}{'':<20}{'unusable':<18}{problem}")
+        print(f"{name:<{width}}{'':<20}{'unusable':<18}{problem}")
     if args.probe:
         print(_probe_note(here))
     if args.host_reference:
@@ -905,6 +927,22 @@ def build_parser() -> argparse.ArgumentParser:
     ct.add_argument("src", metavar="SRC", help="a parquet file of shardplan collect")
     ct.add_argument("--out", required=True, help="parquet file for the new timings (with src_row)")
     ct.set_defaults(func=_cmd_collect_retime)
+    cp = with_profile(csub.add_parser("paired", help="label another optimizer or weight type from a base profile's "
+                                                     "labels: each set timed in both kinds in turns (resumable)"),
+                      model=False)
+    cp.add_argument("--base", required=True, help="the profile whose labelled rows are paired (this host's)")
+    cp.add_argument("--optimizer", choices=OPTIMIZERS, required=True, help="the new kind's fused optimizer")
+    cp.add_argument("--dtype", choices=tuple(DTYPE_BYTES), default="fp32",
+                    help="its weights' type (default %(default)s)")
+    cp.add_argument("--src", help="the base's cost-data file (default data/profiles/<base>/compute.parquet; "
+                                  "its compute-ranks.parquet for plan ranks)")
+    cp.add_argument("--sets", type=at_least(1), default=None,
+                    help="rows wanted, taken in a seeded order (default: every timed row of --src)")
+    cp.add_argument("--visits", type=at_least(1), default=2, help="visits per kind and set (default %(default)s)")
+    cp.add_argument("--max-seconds", type=at_least(0, float), default=None,
+                    help="stop after this long, keeping what was collected (run again to resume)")
+    cp.add_argument("--out", help="parquet file (default: --src's name in data/profiles/<profile>/)")
+    cp.set_defaults(func=_cmd_collect_paired)
     cd = with_profile(csub.add_parser("decompositions", help="time trained-on plan ranks whole and shard by shard "
                                                              "in the same repetitions (resumable)"), model=False)
     cd.add_argument("--sets", type=at_least(1), default=400, help="total decompositions wanted")

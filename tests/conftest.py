@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shardplan.cost import kernel
+from shardplan.cost import kernel, profiles
 from shardplan.cost.collect import collect_compute
 from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile
@@ -15,6 +15,7 @@ from shardplan.cost.specs import specs_from_json
 from shardplan.domain import Table
 
 ROOT = Path(__file__).resolve().parents[1]
+AMD, INTEL = "AMD EPYC", "Intel(R) Xeon(R) Processor"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -94,3 +95,20 @@ def model_path(tmp_path_factory):
         sets, df["fwd_ms"].to_numpy(), df["bwd_ms"].to_numpy(), progress=False)
     model.save(d / "model.json", {"optimizers": ["sgd"]})
     return d / "model.json"
+
+
+@pytest.fixture
+def host(monkeypatch):
+    """Set the CPU this process believes it runs on."""
+    def set_host(cpu: str) -> None:
+        monkeypatch.setattr(profiles, "host_cpu", lambda: cpu)
+    return set_host
+
+
+@pytest.fixture
+def profile_dir(monkeypatch, tmp_path):
+    """A profiles folder of the test's own, whose registry starts from the committed profiles."""
+    monkeypatch.setattr(profiles, "PROFILE_DIR", tmp_path)
+    monkeypatch.setattr(profiles, "PROFILES", dict(profiles.PROFILES))
+    monkeypatch.setattr(profiles, "BROKEN_PROFILES", {})
+    return tmp_path

@@ -1,9 +1,10 @@
-"""bench/optimizer_ratio.py: kinds timed in turns on the same set, and its refusals."""
+"""bench/optimizer_ratio.py (and collect_paired.time_in_turns): kinds timed in turns on the same set, and refusals."""
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
+from shardplan.cost import collect_paired
 from shardplan.cost.kernel import KernelTiming
 from shardplan.cost.profiles import get_profile
 from shardplan.errors import InputError
@@ -22,9 +23,9 @@ def test_kinds_are_timed_in_turns_and_each_keeps_its_own_medians(load_script, mo
             bwd = 4.0 if self.kind[0] == "rowwise_adagrad" else 2.0
             return KernelTiming(1.0, bwd, (1.0,) * repeats, (bwd,) * repeats)
 
-    monkeypatch.setattr(ratio, "RankOp", FakeOp)
+    monkeypatch.setattr(collect_paired, "RankOp", FakeOp)
     kinds = [("sgd", "fp32"), ("rowwise_adagrad", "fp32")]
-    out = ratio.time_kinds([], 0, kinds, get_profile("cpu-2c-nested"), visits=3)
+    out = ratio.time_in_turns([], 0, kinds, get_profile("cpu-2c-nested"), visits=3)
     assert out == {kinds[0]: (1.0, 2.0), kinds[1]: (1.0, 4.0)}
     assert order[2:] == kinds * 3  # after each build's warm-up, the kinds alternate visit by visit
 

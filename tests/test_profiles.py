@@ -12,15 +12,7 @@ from shardplan.errors import InputError
 from shardplan.execute.measure import measure_plan, measure_plan_calibrated
 from shardplan.formats import load_plan
 
-AMD, INTEL = "AMD EPYC", "Intel(R) Xeon(R) Processor"
-
-
-@pytest.fixture
-def host(monkeypatch):
-    """Set the CPU this process believes it runs on."""
-    def set_host(cpu: str) -> None:
-        monkeypatch.setattr(profiles, "host_cpu", lambda: cpu)
-    return set_host
+from conftest import AMD, INTEL
 
 
 def test_a_profile_runs_on_the_cpu_it_was_measured_on(host):
@@ -121,20 +113,11 @@ def test_the_probe_tells_a_machine_that_only_shares_the_cpus_name(host, monkeypa
     assert "--probe" in capsys.readouterr().err
 
 
-@pytest.fixture
-def profile_dir(monkeypatch, tmp_path):
-    """A profiles folder of the test's own, whose registry starts from the committed profiles."""
-    monkeypatch.setattr(profiles, "PROFILE_DIR", tmp_path)
-    monkeypatch.setattr(profiles, "PROFILES", dict(profiles.PROFILES))
-    monkeypatch.setattr(profiles, "BROKEN_PROFILES", {})
-    return tmp_path
-
-
 def test_the_committed_profiles_are_read_from_their_folders():
     """Each profile's protocol lives in its folder's profile.json (the files other tools read), and the
     registry holds exactly those: the CPU VMs' protocol (3 warm-up, median of 10) and the GPUs' (2, 5)."""
     found, broken = profiles.load_profiles(profiles.PROFILE_DIR)
-    names = ["cpu-2c", "cpu-2c-nested", "cpu-2c-xeon", "h100", "h200"]
+    names = ["cpu-2c", "cpu-2c-nested", "cpu-2c-nested-rowwise-adagrad", "cpu-2c-xeon", "h100", "h200"]
     assert broken == {} and list(found) == names == list(profiles.PROFILES)
     assert (found["cpu-2c"].cpu_model, found["cpu-2c"].repeats, found["cpu-2c"].threads) == (AMD, 10, 1)
     assert (found["h100"].device, found["h100"].warmup, found["h100"].repeats) == ("cuda", 2, 5)

@@ -195,7 +195,8 @@ def create_app(limits: Limits | None = None, profiles: Sequence[str] | None = No
             out.append(ProfileInfo(name=p.name, device=p.device, description=p.description, loaded=est is not None,
                                    default=p.name == DEFAULT_PROFILE,
                                    compute_model=est.compute_name if est else None,
-                                   comm_model=est.comm.name if est else None))
+                                   comm_model=est.comm.name if est else None,
+                                   optimizers=est.optimizers if est else [], dtypes=est.dtypes if est else []))
         return out
 
     @app.post("/v1/plans", response_model=PlanModel, responses=ERRORS, tags=["planning"])

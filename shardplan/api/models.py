@@ -25,6 +25,8 @@ class ProfileInfo(BaseModel):
     default: bool = False  # the profile a request that names none gets (cpu-2c, or $SHARDPLAN_PROFILE's)
     compute_model: str | None = None
     comm_model: str | None = None
+    optimizers: list[str] = []  # what its compute model's timings ran with: a task of another kind is refused
+    dtypes: list[str] = []
 
 
 class Health(BaseModel):

@@ -17,7 +17,7 @@ from ..domain import Plan, PlanCost, RankCost, Task
 from ..errors import InputError
 from ..memory import rank_memory_gb
 from .comm import AlphaBetaCommModel, CommModel, FittedCommModel, rank_volumes
-from .profiles import DEFAULT_PROFILE, Profile, get_profile, profiles_of_device
+from .profiles import DEFAULT_PROFILE, Profile, get_profile, profiles_of_device, profiles_pricing
 from .specs import ShardSpec, canonical, rank_specs
 
 
@@ -83,11 +83,14 @@ class PlanEstimator:
         for field, value, kinds, flag in (("optimizer", task.optimizer, self.optimizers, "--optimizer"),
                                           ("dtype", task.dtype, self.dtypes, "--dtype")):
             if value not in kinds:
+                others = profiles_pricing(get_profile(self.profile).device, (task.optimizer, task.dtype))
+                fix = (f"price it with a profile timed with it: {' or '.join(others)} (--profile, or profile= "
+                       "in Python)" if others else
+                       f"plan with {field} {kinds[0]!r}, or time a profile of your own: shardplan profiles --new "
+                       f"NAME --like {self.profile}, then shardplan collect compute --profile NAME {flag} {value} "
+                       "(profiles --show NAME lists the rest)")
                 raise InputError(f"{where}{field}", f"{value!r} has no cost data in profile {self.profile!r} (its "
-                                 f"kernels were timed with {field} {kinds})", f"plan with {field} {kinds[0]!r}, or "
-                                 f"time a profile of your own: shardplan profiles --new NAME --like {self.profile}, "
-                                 f"then shardplan collect compute --profile NAME {flag} {value} (profiles --show "
-                                 "NAME lists the rest)")
+                                 f"kernels were timed with {field} {kinds})", fix)
         device = get_profile(self.profile).device
         if task.topology.device != device:
             raise InputError(f"{where}topology.device", f"is {task.topology.device!r} but profile {self.profile!r} "

@@ -317,36 +317,65 @@ def measured_on_this_cpu(profile: Profile) -> bool:
     return profile.device == "cpu" and bool(profile.cpu_model) and runs_here(profile)
 
 
-def host_profiles() -> list[Profile]:
-    """The CPU profiles measured on this host's CPU that have a trained compute model, the most apt
-    first: the longest recorded CPU name (the most specific), then the latest trained (a profile made
-    here after a committed one of the same CPU name is the one its maker collected for), then by name."""
-    found = [p for p in PROFILES.values() if measured_on_this_cpu(p) and (p.dir / "compute-model.json").exists()]
+DEFAULT_KIND = ("sgd", "fp32")  # a task's optimizer and weight type unless it names others (DESIGN.md)
+
+
+def _model_metadata(p: Profile) -> dict:
+    try:
+        meta = json.loads((p.dir / "compute-model.json").read_text())["metadata"]
+        return meta if isinstance(meta, dict) else {}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+
+
+def model_kinds(p: Profile) -> tuple[list[str], list[str]]:
+    """The optimizers and weight types ``p``'s compute model was trained on timings of; a model that records
+    neither was timed with sgd and fp32, as every model trained before ``train`` recorded them."""
+    meta = _model_metadata(p)
+    return list(meta.get("optimizers", [DEFAULT_KIND[0]])), list(meta.get("dtypes", [DEFAULT_KIND[1]]))
+
+
+def prices_kind(p: Profile, kind: tuple[str, str]) -> bool:
+    """Whether ``p``'s compute model was trained on timings of ``kind`` (optimizer, dtype)."""
+    optimizers, dtypes = model_kinds(p)
+    return kind[0] in optimizers and kind[1] in dtypes
+
+
+def profiles_pricing(device: str, kind: tuple[str, str]) -> list[str]:
+    """The names of the trained profiles of ``device`` whose compute model prices ``kind``."""
+    return [n for n, p in PROFILES.items() if p.device == device and (p.dir / "compute-model.json").exists()
+            and prices_kind(p, kind)]
+
+
+def host_profiles(kind: tuple[str, str] = DEFAULT_KIND) -> list[Profile]:
+    """The CPU profiles measured on this host's CPU whose trained compute model prices ``kind`` (optimizer,
+    weight type), the most apt first: the longest recorded CPU name (the most specific), then the latest
+    trained (a profile made here after a committed one of the same CPU name is the one its maker collected
+    for), then by name."""
+    found = [p for p in PROFILES.values() if measured_on_this_cpu(p) and (p.dir / "compute-model.json").exists()
+             and prices_kind(p, kind)]
     if len(found) < 2:
         return found
 
     def trained(p: Profile) -> str:
-        try:
-            return str(json.loads((p.dir / "compute-model.json").read_text())["metadata"]["date"])
-        except (OSError, ValueError, KeyError, TypeError):
-            return ""
+        return str(_model_metadata(p).get("date", ""))
 
     by_name = sorted(found, key=lambda p: p.name)
     by_date = sorted(by_name, key=trained, reverse=True)
     return sorted(by_date, key=lambda p: len(p.cpu_model), reverse=True)  # sorts are stable
 
 
-def host_profile() -> Profile | None:
-    """This host's own profile (:func:`host_profiles`' first), if any."""
-    return next(iter(host_profiles()), None)
+def host_profile(kind: tuple[str, str] = DEFAULT_KIND) -> Profile | None:
+    """This host's own profile for tasks of ``kind`` (:func:`host_profiles`' first), if any."""
+    return next(iter(host_profiles(kind)), None)
 
 
-def local_profile() -> str:
-    """The profile to measure this host with: the one ``SHARDPLAN_PROFILE`` names, else its own
-    (:func:`host_profile`), else the default."""
+def local_profile(kind: tuple[str, str] = DEFAULT_KIND) -> str:
+    """The profile to measure this host's tasks of ``kind`` (optimizer, weight type) with: the one
+    ``SHARDPLAN_PROFILE`` names, else its own (:func:`host_profile`), else the default."""
     if os.environ.get(PROFILE_ENV):
         return DEFAULT_PROFILE
-    p = host_profile()
+    p = host_profile(kind)
     return p.name if p else DEFAULT_PROFILE
 
 

@@ -1,0 +1,106 @@
+"""shardplan collect paired: another kind's labels are the base labels times the ratio timed in turns."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from shardplan.cli import main
+from shardplan.cost import collect_paired as paired
+from shardplan.cost import profiles
+from shardplan.cost.collect import collect_compute
+from shardplan.cost.kernel import KernelTiming
+from shardplan.cost.profiles import get_profile
+from shardplan.errors import InputError
+
+from conftest import AMD, POOL
+
+SLOWER = {"fwd": 1.25, "bwd": 2.0}  # row-wise adagrad over sgd in the fake kernel, whatever the host's level
+
+
+@pytest.fixture
+def base_file(tmp_path):
+    """Six tiny sets really timed as sgd (the base labels)."""
+    path = tmp_path / "compute.parquet"
+    collect_compute(get_profile("cpu-2c-nested"), POOL, path, 6, repeats=2, warmup=1, max_shards=3)
+    return path
+
+
+@pytest.fixture
+def fake_kernel(monkeypatch):
+    """Each op runs at a host level that changes visit by visit, a kind's ratio to sgd fixed; records the order."""
+    calls = []
+
+    class FakeOp:
+        def __init__(self, specs, optimizer, dtype, device, id_seed):
+            self.optimizer = optimizer
+
+        def run(self, warmup, repeats):
+            calls.append(self.optimizer)
+            level = 1.0 + (len(calls) - 1) // 2  # the host slows down visit by visit, alike for the pair
+            f, b = (level * (SLOWER[h] if self.optimizer == "rowwise_adagrad" else 1.0) for h in ("fwd", "bwd"))
+            return KernelTiming(f, b, (f,) * repeats, (b,) * repeats)
+
+    monkeypatch.setattr(paired, "RankOp", FakeOp)
+    monkeypatch.setattr(paired, "time_reference", lambda device="cpu": 1.5)
+    return calls
+
+
+def test_labels_are_the_base_labels_times_the_ratio_and_a_rerun_resumes(host, profile_dir, base_file, fake_kernel):
+    host(AMD)
+    made = profiles.new_profile("nested-rwa", "cpu-2c-nested")
+    out = made.dir / "compute.parquet"
+    base = get_profile("cpu-2c-nested")
+    df = paired.collect_paired(made, base, base_file, out, "rowwise_adagrad", "fp32", visits=2, sets=4)
+    src = pd.read_parquet(base_file)
+    assert len(df) == 4 and sorted(df.src_row) == sorted(paired.paired_sources(src).index[:4])
+    assert fake_kernel[:2] == ["sgd", "rowwise_adagrad"] and fake_kernel[2:6] == ["sgd", "rowwise_adagrad"] * 2
+    for r in df.itertuples():
+        s = src.loc[r.src_row]
+        assert r.ratio_fwd == pytest.approx(SLOWER["fwd"]) and r.ratio_bwd == pytest.approx(SLOWER["bwd"])
+        assert r.fwd_ms == pytest.approx(s.fwd_ms * 1.25) and r.bwd_ms == pytest.approx(s.bwd_ms * 2.0)
+        assert list(r.bwd_samples_ms) == pytest.approx([x * 2.0 for x in s.bwd_samples_ms])
+        # the base row's identity and references stay, so training divides and splits the new label alike
+        assert (r.seed, r.sample, r.shards, r.ref_before_ms) == (s.seed, s["sample"], s.shards, s.ref_before_ms)
+        assert (r.optimizer, r.dtype, r.profile, r.base_profile, r.label_recipe) == (
+            "rowwise_adagrad", "fp32", "nested-rwa", "cpu-2c-nested", "paired-ratio")
+    n = len(fake_kernel)
+    again = paired.collect_paired(made, base, base_file, out, "rowwise_adagrad", "fp32", visits=2, sets=4)
+    assert len(again) == 4 and len(fake_kernel) == n  # nothing timed twice
+    assert len(paired.collect_paired(made, base, base_file, out, "rowwise_adagrad", "fp32", visits=2)) == 6
+
+
+def test_what_cannot_be_paired_is_refused_before_timing(host, profile_dir, base_file, fake_kernel, capsys):
+    host(AMD)
+    made = profiles.new_profile("nested-rwa", "cpu-2c-nested")
+    base = get_profile("cpu-2c-nested")
+    out = made.dir / "compute.parquet"
+    cases = [((made, base, base_file, out, "sgd", "fp32"), "--optimizer/--dtype"),  # the base's own kind
+             ((made, made, base_file, out, "rowwise_adagrad", "fp32"), "--base"),
+             ((made, get_profile("h100"), base_file, out, "rowwise_adagrad", "fp32"), "--base"),
+             ((made, base, base_file, out, "adam", "fp32"), "--optimizer")]  # the CPU kernel asserts on Adam
+    for args, field in cases:
+        with pytest.raises(InputError) as e:
+            paired.collect_paired(*args)
+        assert e.value.field == field
+    host("Intel(R) Xeon(R) Processor")  # the base's labels were taken on another CPU than this one
+    with pytest.raises(InputError, match="--base"):
+        paired.collect_paired(made, base, base_file, out, "rowwise_adagrad", "fp32")
+    assert fake_kernel == [] and not out.exists()
+    host(AMD)  # the CLI: exit 2 naming the field, nothing written
+    argv = ["collect", "paired", "--profile", "nested-rwa", "--base", "cpu-2c-nested", "--optimizer", "adagrad",
+            "--src", str(base_file), "--out", str(base_file)]
+    assert main(argv) == 2 and "error: --out:" in capsys.readouterr().err
+
+
+def test_the_host_takes_the_profile_that_prices_the_tasks_optimizer(host, profile_dir, task_dict, tmp_path, capsys):
+    host(AMD)
+    made = profiles.new_profile("nested-rwa", "cpu-2c-nested")
+    (made.dir / "compute-model.json").write_text(json.dumps(
+        {"metadata": {"date": "2026-12-31", "optimizers": ["rowwise_adagrad"], "dtypes": ["fp32"]}}))
+    assert profiles.local_profile() == "cpu-2c-nested"  # the later trained, but of another optimizer
+    assert profiles.local_profile(("rowwise_adagrad", "fp32")) == "nested-rwa"  # the latest trained of that kind
+    assert profiles.local_profile(("adagrad", "fp32")) == profiles.DEFAULT_PROFILE  # none: the default refuses it
+    pricing = profiles.profiles_pricing("cpu", ("rowwise_adagrad", "fp32"))
+    assert "nested-rwa" in pricing and not {"cpu-2c", "cpu-2c-nested", "cpu-2c-xeon"} & set(pricing)
