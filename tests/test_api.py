@@ -35,11 +35,14 @@ def test_service_lists_searchers_profiles_and_health(server: str) -> None:
     assert [s["name"] for s in searchers if s["default"]] == ["neuroshard"]
     assert {"torchrec", "greedy-cost", "random"} <= {s["name"] for s in searchers}
     profiles = {p["name"]: p for p in httpx.get(server + "/v1/profiles").json()}
-    for name in ("cpu-2c", "cpu-2c-nested", "cpu-2c-xeon", "h100", "h200"):  # each with its own trained model
+    names = ["cpu-2c", "cpu-2c-nested", "cpu-2c-nested-rowwise-adagrad", "cpu-2c-xeon", "h100", "h200"]
+    for name in names:  # each with its own trained model
         assert profiles[name]["loaded"] and profiles[name]["compute_model"].startswith("neural")
     assert [name for name, p in profiles.items() if p["default"]] == ["cpu-2c"]
-    assert httpx.get(server + "/healthz").json()["profiles"] == ["cpu-2c", "cpu-2c-nested", "cpu-2c-xeon", "h100",
-                                                                 "h200"]
+    # which optimizer and weight type each prices: a task of another kind is refused, not priced as this one
+    assert profiles["cpu-2c"]["optimizers"] == ["sgd"] and profiles["cpu-2c"]["dtypes"] == ["fp32"]
+    assert profiles["cpu-2c-nested-rowwise-adagrad"]["optimizers"] == ["rowwise_adagrad"]
+    assert httpx.get(server + "/healthz").json()["profiles"] == names
 
 
 def test_a_gpu_profile_plans_with_the_model_it_names(server: str, task_dict: dict) -> None:
