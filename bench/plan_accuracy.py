@@ -29,7 +29,7 @@ from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import get_profile, load1
 from shardplan.cost.specs import ShardSpec, canonical, rank_specs, specs_to_json
 from shardplan.domain import OPTIMIZERS, Plan
-from shardplan.errors import InfeasibleError, exit_status
+from shardplan.errors import InputError, exit_status
 from shardplan.execute.bench import machine_state_line, probes_by_task
 from shardplan.cost.fitness import wait_until_fit
 from shardplan.execute.measure import measure_plan, measure_plan_calibrated
@@ -85,7 +85,7 @@ def main() -> None:
             task = dataclasses.replace(task, optimizer=args.optimizer)
         try:
             plan = searcher.plan(task, est)
-        except InfeasibleError as e:
+        except InputError as e:  # no plan, or one our validator refuses (TorchRec's memory count is not ours)
             print(f"{task.name}: {args.searcher} cannot plan it: {e}")
             continue
         fitness = wait_until_fit(get_profile(args.profile), 60 * args.wait_fit)

@@ -108,3 +108,20 @@ def test_the_host_takes_the_profile_that_prices_the_tasks_optimizer(host, profil
     assert profiles.local_profile(("rowwise_adagrad", "fp32")) == "nested-rwa"  # the latest trained of that kind
     assert profiles.local_profile(("adagrad", "fp32")) == profiles.DEFAULT_PROFILE  # none: the default refuses it
     assert profiles.profiles_pricing("cpu", ("rowwise_adagrad", "fp32")) == ["nested-rwa"]
+
+
+def test_the_committed_paired_profile_beats_its_base_priced_as_is_or_scaled(load_script, monkeypatch, tmp_path):
+    """bench/kind_transfer.py on the committed row-wise adagrad profile: its own model against sgd's model as it
+    is and times one factor, on the rows its data holds out."""
+    transfer = load_script("bench/kind_transfer.py")
+    monkeypatch.setattr("sys.argv", ["kind_transfer.py", "--profile", "cpu-2c-nested-rowwise-adagrad", "--name", "t",
+                                     "--out", str(tmp_path)])
+    transfer.main()
+    table = pd.read_csv(tmp_path / "kind-transfer-cpu-2c-nested-rowwise-adagrad-t.csv")
+    mape = {(r["split"], r["model"].split(" ")[1]): float(r["fwd+bwd MAPE"].rstrip("%")) for _, r in table.iterrows()}
+    for split in ("held-out random sets", "held-out plan ranks"):
+        own, as_is, scaled = mape[(split, "(own")], mape[(split, "as")], mape[(split, "x")]
+        assert own < scaled < as_is, (split, own, scaled, as_is)
+    with pytest.raises(InputError, match="--profile"):  # a profile not labelled by collect paired
+        monkeypatch.setattr("sys.argv", ["kind_transfer.py", "--profile", "cpu-2c-nested"])
+        transfer.main()

@@ -124,8 +124,8 @@ def collect_paired(profile: Profile, base: Profile, src: Path, out: Path, optimi
         before, ref = load1(), time_reference(profile.device)
         t = time_in_turns(specs_from_json(row["shards"]), row_id_seed(row), [base_kind, (optimizer, dtype)], profile,
                           visits)
-        raw = {f"{key}_{head}_ms": t[k][i] for key, k in (("raw_base", base_kind), ("raw", (optimizer, dtype)))
-               for i, head in enumerate(("fwd", "bwd"))}
+        raw = {f"{key}_{head}_ms": t[k][h] for key, k in (("raw_base", base_kind), ("raw", (optimizer, dtype)))
+               for h, head in enumerate(("fwd", "bwd"))}
         rows.append({"src_row": int(i), **row.to_dict(), **stamp, **paired_row(row, raw),
                      "paired_ref_ms": ref, "paired_load1_before": before, "paired_load1_after": load1(),
                      "paired_date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})

@@ -12,6 +12,7 @@ import re
 import warnings
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -321,8 +322,18 @@ DEFAULT_KIND = ("sgd", "fp32")  # a task's optimizer and weight type unless it n
 
 
 def _model_metadata(p: Profile) -> dict:
+    """The metadata of ``p``'s compute model file ({} where there is none or it cannot be read)."""
+    path = p.dir / "compute-model.json"
     try:
-        meta = json.loads((p.dir / "compute-model.json").read_text())["metadata"]
+        return _file_metadata(str(path), path.stat().st_mtime_ns)
+    except OSError:
+        return {}
+
+
+@lru_cache(maxsize=32)
+def _file_metadata(path: str, mtime_ns: int) -> dict:  # a model file is megabytes of weights: read it once
+    try:
+        meta = json.loads(Path(path).read_text())["metadata"]
         return meta if isinstance(meta, dict) else {}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
