@@ -14,7 +14,7 @@ from shardplan.cost.kernel import KernelTiming
 from shardplan.cost.profiles import get_profile
 from shardplan.errors import InputError
 
-from conftest import AMD, POOL
+from conftest import AMD, INTEL, POOL
 
 SLOWER = {"fwd": 1.25, "bwd": 2.0}  # row-wise adagrad over sgd in the fake kernel, whatever the host's level
 
@@ -84,7 +84,7 @@ def test_what_cannot_be_paired_is_refused_before_timing(host, profile_dir, base_
         with pytest.raises(InputError) as e:
             paired.collect_paired(*args)
         assert e.value.field == field
-    host("Intel(R) Xeon(R) Processor")  # the base's labels were taken on another CPU than this one
+    host(INTEL)  # the base's labels were taken on another CPU than this one
     with pytest.raises(InputError, match="--base"):
         paired.collect_paired(made, base, base_file, out, "rowwise_adagrad", "fp32")
     assert fake_kernel == [] and not out.exists()
