@@ -49,6 +49,17 @@ def shown(path: Path) -> str:
         return str(path)
 
 
+def score_cells(pf: np.ndarray, pb: np.ndarray, fwd: np.ndarray, bwd: np.ndarray) -> dict[str, str]:
+    """A results row's cells for predictions ``pf``/``pb`` against labels ``fwd``/``bwd``: MAPE per head and
+    fwd+bwd, Spearman, the share within 15% and the median signed error (fwd+bwd)."""
+    m = metrics(pf, pb, fwd, bwd)
+    err = (pf + pb) / (fwd + bwd) - 1
+    return {**{f"{k} MAPE": f"{100 * m[k]['mape']:.1f}%" for k in ("fwd", "bwd", "fwd+bwd")},
+            "fwd+bwd Spearman": f"{m['fwd+bwd']['spearman']:.3f}",
+            "within 15%": f"{100 * (np.abs(err) <= 0.15).mean():.1f}%",
+            "median signed": f"{100 * np.median(err):+.1f}%"}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", required=True)
@@ -101,13 +112,8 @@ def main() -> None:
                 pf, pb = model.predict(sets, random_level=random_level)  # a no-op where none was learnt
             else:  # each set at its own host state, op by op, as a GPU model prices a host
                 pf, pb = by_op(model, sets, ref)
-            m = metrics(pf, pb, fwd, bwd)
-            err = (pf + pb) / (fwd + bwd) - 1
             rows.append({"split": split, "labels": labels, "sets": len(sets), "model": path,
-                         **{f"{k} MAPE": f"{100 * m[k]['mape']:.1f}%" for k in ("fwd", "bwd", "fwd+bwd")},
-                         "fwd+bwd Spearman": f"{m['fwd+bwd']['spearman']:.3f}",
-                         "within 15%": f"{100 * (np.abs(err) <= 0.15).mean():.1f}%",
-                         "median signed": f"{100 * np.median(err):+.1f}%"})
+                         **score_cells(pf, pb, fwd, bwd)})
     table = pd.DataFrame(rows)
     how = ("labels real FBGEMM CPU kernel times, as labelled (divided by each sample's slowdown over the quiet "
            f"reference {nominal:.4f} ms), "

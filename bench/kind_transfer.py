@@ -32,8 +32,9 @@ import pandas as pd
 from shardplan.cost.collect_paired import LABEL_RECIPE
 from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile, load1
-from shardplan.cost.train import holdout_mask, load_sets, metrics, reference_nominal
+from shardplan.cost.train import holdout_mask, load_sets, reference_nominal
 from shardplan.errors import InputError, exit_status
+from heldout_compare import score_cells  # siblings: bench/ is on sys.path when run
 from provenance import provenance, write_report
 
 SPLITS = (("held-out random sets", "compute.parquet", None, True),
@@ -70,13 +71,8 @@ def main() -> None:
         for name, (pf, pb) in ((f"{profile.name} (own model)", own), (f"{base.name} as it is", as_base),
                                (f"{base.name} x {factor['fwd']:.2f} fwd, x {factor['bwd']:.2f} bwd",
                                 (as_base[0] * factor["fwd"], as_base[1] * factor["bwd"]))):
-            m = metrics(pf, pb, fwd[hold], bwd[hold])
-            err = (pf + pb) / (fwd[hold] + bwd[hold]) - 1
             rows.append({"split": split, "rows": int(hold.sum()), "model": name,
-                         **{f"{k} MAPE": f"{100 * m[k]['mape']:.1f}%" for k in ("fwd", "bwd", "fwd+bwd")},
-                         "fwd+bwd Spearman": f"{m['fwd+bwd']['spearman']:.3f}",
-                         "within 15%": f"{100 * (np.abs(err) <= 0.15).mean():.1f}%",
-                         "median signed": f"{100 * np.median(err):+.1f}%"})
+                         **score_cells(pf, pb, fwd[hold], bwd[hold])})
     table = pd.DataFrame(rows)
     md = [f"# A paired profile's own model against its base's, profile `{profile.name}`", "",
           *provenance(load_before, f". Labels: `{base.name}`'s real FBGEMM CPU kernel labels times the ratio of "

@@ -17,7 +17,7 @@ from ..domain import Plan, PlanCost, RankCost, Task
 from ..errors import InputError
 from ..memory import rank_memory_gb
 from .comm import AlphaBetaCommModel, CommModel, FittedCommModel, rank_volumes
-from .profiles import DEFAULT_PROFILE, Profile, get_profile, profiles_of_device, profiles_pricing
+from .profiles import DEFAULT_PROFILE, Profile, get_profile, metadata_kinds, profiles_of_device, profiles_pricing
 from .specs import ShardSpec, canonical, rank_specs
 
 
@@ -119,20 +119,15 @@ class PlanEstimator:
         return PlanEstimator(compute, self.comm, self.profile,
                              f"{self.compute_name} at a host reference of {compute.reference_ms:.3f} ms")
 
-    def _timed_with(self, key: str, default: str) -> list[str]:
-        meta = getattr(self.compute, "metadata", {}) or {}
-        return list(meta.get(key, [default]))
-
     @property
     def optimizers(self) -> list[str]:
-        """The optimizers the compute model's data was timed with (its metadata; sgd where it says none)."""
-        return self._timed_with("optimizers", "sgd")
+        """The optimizers the compute model's data was timed with (:func:`profiles.metadata_kinds`)."""
+        return metadata_kinds(getattr(self.compute, "metadata", {}) or {})[0]
 
     @property
     def dtypes(self) -> list[str]:
-        """The weight types the compute model's data was timed with: a model's ``dtypes`` metadata, else fp32,
-        what every model trained before ``train`` recorded them was timed with."""
-        return self._timed_with("dtypes", "fp32")
+        """The weight types the compute model's data was timed with (:func:`profiles.metadata_kinds`)."""
+        return metadata_kinds(getattr(self.compute, "metadata", {}) or {})[1]
 
 
 def comm_model_for(profile: Profile) -> CommModel:

@@ -339,11 +339,15 @@ def _file_metadata(path: str, mtime_ns: int) -> dict:  # a model file is megabyt
         return {}
 
 
-def model_kinds(p: Profile) -> tuple[list[str], list[str]]:
-    """The optimizers and weight types ``p``'s compute model was trained on timings of; a model that records
-    neither was timed with sgd and fp32, as every model trained before ``train`` recorded them."""
-    meta = _model_metadata(p)
+def metadata_kinds(meta: dict) -> tuple[list[str], list[str]]:
+    """The optimizers and weight types a compute model's ``metadata`` says its timings ran with; a model that
+    records neither was timed with sgd and fp32, as every model trained before ``train`` recorded them."""
     return list(meta.get("optimizers", [DEFAULT_KIND[0]])), list(meta.get("dtypes", [DEFAULT_KIND[1]]))
+
+
+def model_kinds(p: Profile) -> tuple[list[str], list[str]]:
+    """:func:`metadata_kinds` of ``p``'s compute model file."""
+    return metadata_kinds(_model_metadata(p))
 
 
 def prices_kind(p: Profile, kind: tuple[str, str]) -> bool:
