@@ -438,15 +438,18 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
               f"{here.name}; SHARDPLAN_PROFILE=NAME or --profile picks another)" if len(mine) > 1 else "")
     print(f"this host: {host_cpu()!r}; its profile: {here.name if here else 'none trained'}{others}")
     width = max(map(len, [*PROFILES, *BROKEN_PROFILES]), default=0) + 1
+    rows = []
     for name, p in PROFILES.items():
         trained = ("trained" if (p.dir / "compute-model.json").exists() else
                    "roofline only" if p.published else "no compute model")  # an untrained GPU plans by its HBM
         kinds = model_kinds(p)  # a profile of another optimizer or weight type than the default's says which
         kind = "" if kinds == ([DEFAULT_KIND[0]], [DEFAULT_KIND[1]]) else f" ({', '.join(sum(kinds, []))})"
         tags = [t for t, on in (("default", name == DEFAULT_PROFILE), ("this host", measured_on_this_cpu(p))) if on]
-        print(f"{name:<{width}}{', '.join(tags):<20}{trained + kind:<18}{p.description}{_host_state_note(p)}")
-    for name, problem in BROKEN_PROFILES.items():
-        print(f"{name:<{width}}{'':<20}{'unusable':<18}{problem}")
+        rows.append((name, ", ".join(tags), trained + kind, p.description + _host_state_note(p)))
+    rows += [(name, "", "unusable", problem) for name, problem in BROKEN_PROFILES.items()]
+    state_width = max((len(r[2]) for r in rows), default=0) + 1  # a kind in the state column must not run on
+    for name, tags, state, text in rows:
+        print(f"{name:<{width}}{tags:<20}{state:<{state_width}}{text}")
     if args.probe:
         print(_probe_note(here))
     if args.host_reference:

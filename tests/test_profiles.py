@@ -59,6 +59,17 @@ def test_of_two_trained_profiles_of_one_cpu_the_host_takes_the_latest_trained(ho
     assert "its profile: my-epyc (also measured on this CPU: cpu-2c; shardplan run takes my-epyc" in listing
 
 
+def test_the_listing_keeps_its_columns_when_a_state_names_a_kind(host, capsys):
+    """The committed row-wise adagrad profile's state names its kind; every description still starts in
+    one column, after at least one space (it once ran on straight from the kind)."""
+    host(AMD)
+    assert main(["profiles"]) == 0
+    rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    assert "(rowwise_adagrad, fp32) 2-core" in rows["cpu-2c-nested-rowwise-adagrad"]
+    starts = {rows[name].index(p.description) for name, p in profiles.PROFILES.items()}
+    assert len(starts) == 1
+
+
 def test_another_cpus_timings_never_land_in_a_profiles_data(host, tmp_path, capsys):
     host("Some Other CPU")
     cpu2c = get_profile("cpu-2c")
