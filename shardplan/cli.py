@@ -110,7 +110,7 @@ def _cmd_collect_paired(args: argparse.Namespace) -> int:
         raise InputError("--out", "is the source file", "write the new kind's labels to another file")
     check_collect_target(profile, out)
     df = collect_paired(profile, base, src, out, args.optimizer, args.dtype, visits=args.visits, sets=args.sets,
-                        max_seconds=args.max_seconds)
+                        max_seconds=args.max_seconds, held_out=args.held_out)
     print(f"{out}: {len(df)} rows labelled {args.optimizer}/{args.dtype} from {src}")
     return 0
 
@@ -942,6 +942,9 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--sets", type=at_least(1), default=None,
                     help="rows wanted, taken in a seeded order (default: every timed row of --src)")
     cp.add_argument("--visits", type=at_least(1), default=2, help="visits per kind and set (default %(default)s)")
+    cp.add_argument("--held-out", action="store_true",
+                    help="of those rows, only the ones training holds out: pair them again (more --visits, "
+                         "another --out) to check the labels a model is scored against")
     cp.add_argument("--max-seconds", type=at_least(0, float), default=None,
                     help="stop after this long, keeping what was collected (run again to resume)")
     cp.add_argument("--out", help="parquet file (default: --src's name in data/profiles/<profile>/)")

@@ -71,6 +71,22 @@ def test_labels_are_the_base_labels_times_the_ratio_and_a_rerun_resumes(host, pr
     assert len(paired.collect_paired(made, base, base_file, out, "rowwise_adagrad", "fp32", visits=2)) == 6
 
 
+def test_held_out_pairs_only_the_rows_training_holds_out_of_those_wanted(host, profile_dir, base_file, fake_kernel,
+                                                                          monkeypatch):
+    """``--held-out`` re-pairs the rows a model is scored on (of the first ``sets`` in the seeded order)."""
+    host(AMD)
+    made = profiles.new_profile("nested-rwa", "cpu-2c-nested")
+    src = pd.read_parquet(base_file)
+    first = paired.paired_sources(src).index[:4]
+    held = set(first[1::2])  # which rows are held out is train's call; here every other one of the first four
+    monkeypatch.setattr(paired, "holdout_mask", lambda df: df.index.isin(list(held)))
+    out = made.dir / "repeatability" / "compute-held-out.parquet"
+    df = paired.collect_paired(made, get_profile("cpu-2c-nested"), base_file, out, "rowwise_adagrad", "fp32",
+                               visits=3, sets=4, held_out=True)
+    assert set(df.src_row) == held and set(df.paired_visits) == {3}
+    assert len(fake_kernel) == 2 * 2 * (1 + 3)  # two rows, two kinds: a warm-up, then three visits each
+
+
 def test_what_cannot_be_paired_is_refused_before_timing(host, profile_dir, base_file, fake_kernel, capsys):
     host(AMD)
     made = profiles.new_profile("nested-rwa", "cpu-2c-nested")

@@ -39,6 +39,7 @@ from .collect import _stamp, append_rows, check_one_kind, data_kinds, row_id_see
 from .kernel import RankOp, require_kernel, time_reference
 from .profiles import Profile, load1, runs_here
 from .specs import ShardSpec, specs_from_json
+from .train import holdout_mask
 
 LABEL_RECIPE = "paired-ratio"
 PAIR_ORDER_SEED = 0  # the seeded order in which the base rows are taken
@@ -83,11 +84,13 @@ def paired_row(base_row: pd.Series, raw: dict[str, float]) -> dict[str, object]:
 
 def collect_paired(profile: Profile, base: Profile, src: Path, out: Path, optimizer: str, dtype: str,
                    visits: int = 2, sets: int | None = None, max_seconds: float | None = None,
-                   flush_every: int = 10) -> pd.DataFrame:
+                   held_out: bool = False, flush_every: int = 10) -> pd.DataFrame:
     """Label ``src``'s rows (a cost-data file of ``base``) for ``profile`` in kind (``optimizer``, ``dtype``)
     by the ratio of the two kinds timed in turns (module docstring), appending to ``out`` until it holds
     ``sets`` rows (default: every timed row of ``src``) or ``max_seconds`` have passed; resumable by
-    ``src_row``. Refuses, before timing anything, a base of another device or CPU than this host, the base's
+    ``src_row``. ``held_out`` keeps, of those first ``sets`` rows, only the ones training holds out
+    (``train.holdout_mask``): the same rows paired again, with more visits, check the labels a model is
+    scored against. Refuses, before timing anything, a base of another device or CPU than this host, the base's
     own kind, a kind the device cannot train, and an ``out`` of another kind."""
     if profile.name == base.name:
         raise InputError("--base", f"is the profile being labelled ({base.name!r})",
@@ -110,7 +113,11 @@ def collect_paired(profile: Profile, base: Profile, src: Path, out: Path, optimi
     done = set(existing["src_row"]) if len(existing) else set()
     order = paired_sources(source)
     wanted = len(order) if sets is None else min(sets, len(order))
-    todo = [i for i in order.index[:wanted] if i not in done]
+    picked = order.iloc[:wanted]
+    if held_out:
+        picked = picked[holdout_mask(picked)]
+        wanted = len(picked)
+    todo = [i for i in picked.index if i not in done]
     stamp = {**_stamp(profile, optimizer, dtype), "base_profile": base.name, "label_recipe": LABEL_RECIPE,
              "paired_visits": visits}
     out.parent.mkdir(parents=True, exist_ok=True)
