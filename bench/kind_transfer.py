@@ -7,18 +7,28 @@ or would the base's model times one factor do? On the rows its data holds
 out (``train.is_holdout``: random sets by seed and sample, plan ranks by
 task), as ``shardplan train`` labels them, this script scores:
 
-- the paired profile's committed model;
+- the paired profile's committed model (and any `--models` of it, candidates);
 - the base profile's model as it is (the other kind priced as the base's);
 - the base's model times the median ratio of the training rows, forward and
   backward apart (one factor per head).
 
 Random sets are priced at the random collector's level, plan ranks at plan
-ranks' (as the reports do). Measured: the labels, real FBGEMM CPU kernel
+ranks' (as the reports do).
+
+A paired label carries the noise of its ratio on top of its base label's.
+``--repeats`` names files of the same held-out rows paired again with more
+visits (``shardplan collect paired --held-out --visits 6 --out ...``): the
+models are also scored against those labels and against the visit-weighted
+pool of both ratios (the training label's divisor kept), and a second table
+gives how far the two pairings of a row differ, so the noise of the labels a
+model is scored on is known. Measured: the labels, real FBGEMM CPU kernel
 times (the base label times the ratio timed here); predicted: the named
 neural models. Prints a table and writes
 ``bench/results/kind-transfer-<profile>[-NAME].{md,csv}``.
 
     .venv/bin/python bench/kind_transfer.py --profile cpu-2c-nested-rowwise-adagrad --name s62
+    .venv/bin/python bench/kind_transfer.py --profile cpu-2c-nested-rowwise-adagrad --name s63 \
+        --repeats data/profiles/cpu-2c-nested-rowwise-adagrad/repeatability/*.parquet
 """
 from __future__ import annotations
 
@@ -34,16 +44,65 @@ from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile, load1
 from shardplan.cost.train import holdout_mask, load_sets, reference_nominal
 from shardplan.errors import InputError, exit_status
-from heldout_compare import score_cells  # siblings: bench/ is on sys.path when run
+from heldout_compare import score_cells, shown  # siblings: bench/ is on sys.path when run
 from provenance import provenance, write_report
 
 SPLITS = (("held-out random sets", "compute.parquet", None, True),
           ("held-out plan ranks", "compute-ranks.parquet", "plan-rank", False))
 
 
+def repaired_labels(df: pd.DataFrame, rows: np.ndarray, fwd: np.ndarray, bwd: np.ndarray, repeat: pd.DataFrame
+                    ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Of ``df``'s rows ``rows`` (positions), those ``repeat`` paired again: per label set (as trained, re-paired,
+    pooled) the positions and their fwd/bwd labels. Each is the training label times the new ratio over the
+    trained one, so the base label's divisor is the one training used."""
+    again = repeat.drop_duplicates("src_row", keep="last").set_index("src_row")
+    src = df["src_row"].to_numpy()
+    rows = rows[np.isin(src[rows], again.index.to_numpy())]
+    r = again.loc[src[rows]]
+    v0, v1 = df["paired_visits"].to_numpy()[rows], r["paired_visits"].to_numpy()
+    out = {f"as trained ({int(np.median(v0))} visits)": (rows, fwd[rows], bwd[rows])}
+    scales = {}
+    for h in ("fwd", "bwd"):
+        r0, r1 = df[f"ratio_{h}"].to_numpy()[rows], r[f"ratio_{h}"].to_numpy()
+        scales[h] = (r1 / r0, np.exp((v0 * np.log(r0) + v1 * np.log(r1)) / (v0 + v1)) / r0)
+    for i, name in enumerate((f"re-paired ({int(np.median(v1))} visits)",
+                              f"pooled ({int(np.median(v0 + v1))} visits)")):
+        out[name] = (rows, fwd[rows] * scales["fwd"][i], bwd[rows] * scales["bwd"][i])
+    return out
+
+
+def host_level(frame: pd.DataFrame) -> float:
+    """How slow the host ran while a file's rows were paired: the median of the base kind's raw fwd+bwd over
+    its label (1.0: as when the base labels were timed)."""
+    return float(np.median((frame["raw_base_fwd_ms"] + frame["raw_base_bwd_ms"])
+                           / (frame["base_fwd_ms"] + frame["base_bwd_ms"])))
+
+
+def repeatability_row(split: str, labels: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+                      levels: tuple[float, float]) -> dict:
+    """How far a row's two pairings differ: per head and fwd+bwd, the median |difference| over their mean and the
+    median second over first, the share of fwd+bwd labels within 10% and 15% of each other, and the host's level
+    during each pairing (:func:`host_level`)."""
+    (_, f0, b0), (_, f1, b1) = list(labels.values())[:2]
+    pairs = {"fwd": (f0, f1), "bwd": (b0, b1), "fwd+bwd": (f0 + b0, f1 + b1)}
+    diff = {h: np.abs(a - b) / ((a + b) / 2) for h, (a, b) in pairs.items()}
+    names = list(labels)
+    return {"split": split, "rows": len(f0), "pairings": f"{names[0]} vs {names[1]}",
+            "host level, first / second": f"{levels[0]:.2f}x / {levels[1]:.2f}x",
+            **{f"{h} median diff": f"{100 * np.median(d):.1f}%" for h, d in diff.items()},
+            **{f"{h} second / first": f"{np.median(b / a):.3f}" for h, (a, b) in pairs.items()},
+            "fwd+bwd within 10%": f"{100 * (diff['fwd+bwd'] <= 0.10).mean():.0f}%",
+            "fwd+bwd within 15%": f"{100 * (diff['fwd+bwd'] <= 0.15).mean():.0f}%"}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", required=True, help="a profile labelled by shardplan collect paired")
+    ap.add_argument("--repeats", nargs="*", type=Path, default=[],
+                    help="the same held-out rows paired again (collect paired --held-out): scored against too")
+    ap.add_argument("--models", nargs="*", type=Path, default=[],
+                    help="the profile's other model files (candidates), scored beside its committed one")
     ap.add_argument("--name", help="results file stem suffix")
     ap.add_argument("--out", type=Path, default=Path("bench/results"))
     args = ap.parse_args()
@@ -53,11 +112,23 @@ def main() -> None:
     if data.get("label_recipe", pd.Series(dtype=str)).ne(LABEL_RECIPE).any() or "base_profile" not in data:
         raise InputError("--profile", f"{profile.name}'s compute.parquet was not labelled by shardplan collect paired",
                          "name a paired profile")
+    repeats: dict[str, list[pd.DataFrame]] = {file: [] for _, file, _, _ in SPLITS}
+    for path in args.repeats:
+        if not path.is_file():
+            raise InputError("--repeats", f"no file {path}", "name parquet files of collect paired --held-out")
+        rep = pd.read_parquet(path)
+        if rep.get("label_recipe", pd.Series(dtype=str)).ne(LABEL_RECIPE).any() or "src_row" not in rep:
+            raise InputError("--repeats", f"{path} was not written by shardplan collect paired", "name its files")
+        repeats["compute-ranks.parquet" if (rep["source"] == "plan-rank").all() else "compute.parquet"].append(rep)
     base = get_profile(str(data["base_profile"].iloc[0]))
-    models = {"own": NeuralCostModel.load(profile.dir / "compute-model.json", profile.name),
-              "base": NeuralCostModel.load(base.dir / "compute-model.json", base.name)}
+    for path in args.models:
+        if not path.is_file():
+            raise InputError("--models", f"no model file {path}", f"name compute-model.json files of {profile.name}")
+    own = {f"{profile.name} (own model)": NeuralCostModel.load(profile.dir / "compute-model.json", profile.name),
+           **{shown(p): NeuralCostModel.load(p, profile.name) for p in args.models}}
+    as_base_model = NeuralCostModel.load(base.dir / "compute-model.json", base.name)
     nominal = reference_nominal(data)
-    rows = []
+    rows, agreement = [], []
     for split, file, source, random_level in SPLITS:
         path = profile.dir / file
         if not path.exists():
@@ -65,20 +136,30 @@ def main() -> None:
         sets, fwd, bwd, df = load_sets(path, nominal, source=source, window_s=profile.slowdown_window_s)
         hold = holdout_mask(df)
         factor = {h: float(df.loc[~hold, f"ratio_{h}"].median()) for h in ("fwd", "bwd")}
-        held = [sets[i] for i in np.flatnonzero(hold)]
-        own = models["own"].predict(held, random_level=random_level)
-        as_base = models["base"].predict(held, random_level=random_level)
-        for name, (pf, pb) in ((f"{profile.name} (own model)", own), (f"{base.name} as it is", as_base),
-                               (f"{base.name} x {factor['fwd']:.2f} fwd, x {factor['bwd']:.2f} bwd",
-                                (as_base[0] * factor["fwd"], as_base[1] * factor["bwd"]))):
-            rows.append({"split": split, "rows": int(hold.sum()), "model": name,
-                         **score_cells(pf, pb, fwd[hold], bwd[hold])})
+        labels = {"": (np.flatnonzero(hold), fwd[hold], bwd[hold])}
+        for rep in repeats[file]:
+            labels = repaired_labels(df, np.flatnonzero(hold), fwd, bwd, rep)
+            first = df.iloc[labels[next(iter(labels))][0]]
+            agreement.append(repeatability_row(split, labels, (host_level(first), host_level(rep))))
+        for label_name, (at, lf, lb) in labels.items():
+            held = [sets[i] for i in at]
+            as_base = as_base_model.predict(held, random_level=random_level)
+            priced = {**{name: m.predict(held, random_level=random_level) for name, m in own.items()},
+                      f"{base.name} as it is": as_base,
+                      f"{base.name} x {factor['fwd']:.2f} fwd, x {factor['bwd']:.2f} bwd":
+                          (as_base[0] * factor["fwd"], as_base[1] * factor["bwd"])}
+            for name, (pf, pb) in priced.items():
+                rows.append({"split": split, "labels": label_name or "as trained", "rows": len(at), "model": name,
+                             **score_cells(pf, pb, lf, lb)})
     table = pd.DataFrame(rows)
     md = [f"# A paired profile's own model against its base's, profile `{profile.name}`", "",
           *provenance(load_before, f". Labels: `{base.name}`'s real FBGEMM CPU kernel labels times the ratio of "
                       f"the two kinds timed in turns, divided as `shardplan train` divides them (quiet reference "
                       f"{nominal:.4f} ms); predicted: each neural model named."), "",
           table.to_markdown(index=False), ""]
+    if agreement:
+        md += ["Labels of the same rows paired twice (the difference over their mean):", "",
+               pd.DataFrame(agreement).to_markdown(index=False), ""]
     write_report(args.out, f"kind-transfer-{profile.name}" + (f"-{args.name}" if args.name else ""), md, table)
 
 

@@ -231,7 +231,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                             context_totals=args.context_totals, decompositions=args.decompositions,
                             hot_mixes=args.hot_mixes, long_ranks=args.long_ranks,
                             crowded_mixes=args.crowded_mixes, context_code=args.context_code,
-                            slowdown_window_s=args.slowdown_window_s, retimes=args.retimes)
+                            slowdown_window_s=args.slowdown_window_s, retimes=args.retimes,
+                            init=get_profile(args.init) if args.init else None)
     print(report_markdown(meta))
     return 0
 
@@ -835,6 +836,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--retimes", action=argparse.BooleanOptionalAction, default=False,
                        help="label each random set and plan rank re-timed under the profile's retimes/ folder "
                             "(shardplan collect retime) by the median of its timings; a candidate")
+    train.add_argument("--init", metavar="PROFILE", default=None,
+                       help="start from that profile's committed model (same device and recipe): a kind paired "
+                            "against it (shardplan collect paired) learns how it differs")
     train.set_defaults(func=_cmd_train)
 
     tp = with_profile(sub.add_parser("train-policy", help="train the rl searcher's placement policy against "

@@ -258,7 +258,8 @@ class NeuralCostModel:
     def fit(self, sets: list[list[ShardSpec]], fwd_ms: np.ndarray, bwd_ms: np.ndarray,
             progress: bool = True, groups: np.ndarray | None = None,
             random_sets: np.ndarray | None = None,
-            decompositions: tuple[list[list[ShardSpec]], np.ndarray] | None = None) -> "NeuralCostModel":
+            decompositions: tuple[list[list[ShardSpec]], np.ndarray] | None = None,
+            init: "NeuralCostModel | None" = None) -> "NeuralCostModel":
         """Fit on measured sets. Besides the log-space MSE, every batch is also scored with one
         shard of another set added to each set; where that lowers the prediction, the squared
         log drop, times ``monotone_weight``, is added to the loss.
@@ -339,6 +340,12 @@ class NeuralCostModel:
         candidate (2026-11-24, the Xeon profile's ``candidates/decompositions/``), not the committed
         recipe: the ratios move with the host's cache state, and learnt against labels taken in
         another they cost the larger sets (``docs/cost-model.md``, "Sets over their shards alone").
+
+        ``init`` (a fitted model of the same network shape) is where training starts: its weights, its
+        feature scaling and its random sets' offset, in place of a seeded draw and this data's scaling.
+        Why: a kind labelled on a few hundred sets (another optimizer, paired against a base profile's
+        thousands: :mod:`.collect_paired`) shares most of how cost grows with the shards with its base,
+        and learns from its own labels how it differs rather than all of it again.
         """
         if len(sets) != len(fwd_ms) or len(sets) != len(bwd_ms):
             raise InputError("fit", "sets, fwd_ms and bwd_ms must have the same length")
@@ -366,14 +373,21 @@ class NeuralCostModel:
         n_parts = np.bincount(owner, minlength=len(sets))
         part_index = (first, n_parts)
         x, mask = set_features(parts)
-        flat = x[mask > 0]
-        self.mean = flat.mean(axis=0)
-        self.std = flat.std(axis=0) + 1e-6
+        if init is None:
+            flat = x[mask > 0]
+            self.mean = flat.mean(axis=0)
+            self.std = flat.std(axis=0) + 1e-6
+        else:
+            self._check_init(init)
+            self.mean, self.std = init.mean.copy(), init.std.copy()
         x = (x - self.mean) * mask[..., None] / self.std
         y = np.log(np.stack([fwd_ms, bwd_ms], axis=1).clip(1e-3)).astype(np.float32)
         xt, mt, yt = torch.from_numpy(x), torch.from_numpy(mask), torch.from_numpy(y)
         self.net = self._new_net()
         offset = nn.Parameter(torch.zeros(2))
+        if init is not None:
+            self.net.load_state_dict(init.net.state_dict())
+            offset.data = torch.from_numpy(init.random_offset.astype(np.float32).copy())
         shifted = torch.from_numpy((marked & self.random_level).astype(np.float32))[:, None]
         # The offset is one number per head that every random set pulls on: it takes larger steps than
         # the weights, or the network's own level moves to split the difference first.
@@ -425,6 +439,15 @@ class NeuralCostModel:
         self.random_offset = offset.detach().numpy().copy()
         self._bound_context(xt, mt)
         return self
+
+    def _check_init(self, init: "NeuralCostModel") -> None:
+        """``init`` must be fitted and of this model's network shape and inputs, or its weights mean nothing here."""
+        if init.net is None:
+            raise InputError("init", "is not a fitted model", "fit or load it first")
+        for name in ("hidden", "code", "split_batches", "context_totals", "context_code"):
+            if getattr(init, name) != getattr(self, name):
+                raise InputError("init", f"has {name}={getattr(init, name)!r}, this model {getattr(self, name)!r}",
+                                 "start from a model trained by the same recipe")
 
     def _decomposition_inputs(self, decompositions: tuple[list[list[ShardSpec]], np.ndarray]
                               ) -> tuple[torch.Tensor, ...]:

@@ -192,7 +192,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                      context_totals: bool = False, decompositions: bool | None = None,
                      hot_mixes: bool = False, long_ranks: bool = False,
                      crowded_mixes: bool = False, context_code: str = "free",
-                     slowdown_window_s: float | None = None, retimes: bool = False) -> dict[str, Any]:
+                     slowdown_window_s: float | None = None, retimes: bool = False,
+                     init: Profile | None = None) -> dict[str, Any]:
     """Train on ``data_dir`` (default: the profile's folder), write model and report to ``out_dir``.
     ``random_level``: the random sets' level is learnt apart from plan ranks' (``NeuralCostModel.fit``);
     it needs plan ranks (``compute-ranks.parquet``) and is not used without them. ``split_batches``: a
@@ -209,8 +210,17 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     more the longer they are (:func:`rank_weights`; a candidate). ``slowdown_window_s``: the labels' divisor
     smoothed over that window (:mod:`.labels`) in place of the profile's own choice (a candidate). ``retimes``:
     the random sets and plan ranks timed again under ``data_dir/retimes/`` are labelled by the median of their
-    timings (:func:`.labels.repeated_labels`; a CPU profile's candidate)."""
+    timings (:func:`.labels.repeated_labels`; a CPU profile's candidate). ``init``: training starts from that
+    profile's committed model (``NeuralCostModel.fit``'s ``init``), which must be of this host's device and of
+    the same network shape: for a kind labelled on few sets, paired against a base with many."""
     check_context_code(context_code, context_totals, ("--context-code", "--context-totals"))  # before any data
+    start = None
+    if init is not None:  # read and checked before any data
+        if init.name == profile.name or init.device != profile.device:
+            what = "the one being trained" if init.name == profile.name else f"a {init.device} profile's"
+            raise InputError("--init", f"profile {init.name!r} is {what}",
+                             f"start from another {profile.device} profile's model")
+        start = NeuralCostModel.load(init.dir / "compute-model.json", init.name)
     decompositions = profile.train_decompositions if decompositions is None else decompositions
     data_dir = data_dir or profile.dir
     out_dir = out_dir or data_dir
@@ -332,7 +342,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         if isinstance(m, NeuralCostModel):
             m.fit(train_sets, train_f, train_b, progress=progress, groups=groups,
                   random_sets=np.arange(len(train_sets)) < len(tr),  # compute.parquet's sets come first
-                  decompositions=decomp_train)
+                  decompositions=decomp_train, init=start)
         else:
             m.fit(*absolute_split)
 
@@ -413,6 +423,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                    if divisor is not None else host_state.describe()),
         **({"host_state": host_state.summary()} if host_state is not None else {}),
         "evaluation": evals,
+        **({"init": {"profile": init.name, "date": start.metadata.get("date"),
+                     "trained_on": start.metadata.get("trained_on")}} if init is not None else {}),
         "random_level": ({"learnt": True, "log_offset_fwd_bwd": neural.random_offset.tolist(),
                           "note": "random sets are scored at their own level; plan ranks and searchers at plan ranks'"}
                          if random_level else {"learnt": False}),
@@ -426,7 +438,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                    + "".join(f" --{recipe}-mixes" for recipe in mix_splits)
                    + (" --long-ranks" if long_ranks else "")
                    + (f" --slowdown-window-s {slowdown_window_s:g}" if slowdown_window_s is not None else "")
-                   + (" --retimes" if retimes else ""),
+                   + (" --retimes" if retimes else "")
+                   + (f" --init {init.name}" if init is not None else ""),
         "date": _dt.date.today().isoformat(),
     }
     neural.save(out_dir / "compute-model.json", meta)
