@@ -32,6 +32,7 @@ Writes ``bench/results/plan-accuracy-runs-<profile>-<suite>.{md,csv}`` (or ``--n
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import io
 import shlex
@@ -45,7 +46,7 @@ import pandas as pd
 from shardplan.cost.calibration import EARLIER_FEATURES, FEATURES
 from shardplan.cost.estimator import PlanEstimator, load_estimator
 from shardplan.cost.specs import ShardSpec, rank_specs
-from shardplan.errors import InfeasibleError, InputError, exit_status
+from shardplan.errors import InputError, exit_status
 from shardplan.formats import load_task, write_text_atomic
 from shardplan.search import get_searcher
 from plan_accuracy import rank_signature  # sibling scripts: bench/ is on sys.path when run
@@ -83,16 +84,21 @@ def committed_runs(pattern: str, since: str = FIRST_RUN) -> dict[str, pd.DataFra
 RankKey = tuple[str, int]  # (task name, rank)
 
 
-def suite_ranks(suite: Path, searcher: str, est: PlanEstimator) -> dict[RankKey, list[ShardSpec]]:
-    """The shards of every non-empty rank of ``searcher``'s plan of each task in ``suite`` (tasks it
-    cannot place are left out)."""
+def suite_ranks(suite: Path, searcher: str, est: PlanEstimator, optimizer: str | None = None
+                ) -> dict[RankKey, list[ShardSpec]]:
+    """The shards of every non-empty rank of ``searcher``'s plan of each task in ``suite``, each task trained with
+    ``optimizer`` where one is given (as ``plan_accuracy.py --optimizer`` planned it). Tasks it cannot place, or
+    whose plan our validator refuses, are left out, as ``plan_accuracy.py`` leaves them."""
     ranks: dict[RankKey, list[ShardSpec]] = {}
     plan_with = get_searcher(searcher)
     for path in sorted(suite.glob("*.json")):
         task = load_task(path)
+        if optimizer:
+            task = dataclasses.replace(task, optimizer=optimizer)
+        est.check_task(task)  # a kind the profile does not price is the caller's error, not a task to skip
         try:
             plan = plan_with.plan(task, est)
-        except InfeasibleError:
+        except InputError:  # no plan, or one our validator refuses
             continue
         ranks.update({(task.name, r): specs for r, specs in enumerate(rank_specs(plan)) if specs})
     return ranks

@@ -31,6 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from shardplan.cost.estimator import PlanEstimator, load_estimator
+from shardplan.domain import OPTIMIZERS
 from shardplan.cost.profiles import load1
 from shardplan.errors import InputError, exit_status
 from instrument_agreement import ERRORS, model_errors, percent, summary  # siblings: bench/ is on sys.path when run
@@ -43,14 +44,16 @@ INSTRUMENTS = {"calibrated_ms": "cal_ms", "label_protocol_ms": "meas_ms"}
 
 
 def suite_consensus(suite: Path, profile: str, searcher: str, runs_glob: str, est: PlanEstimator,
-                    results: Path = Path("bench/results")) -> tuple[dict, pd.DataFrame, int]:
-    """One suite's ranks (their shards), both instruments' consensus per rank, and how many runs were pooled."""
+                    results: Path = Path("bench/results"), optimizer: str | None = None
+                    ) -> tuple[dict, pd.DataFrame, int]:
+    """One suite's ranks (their shards; each task trained with ``optimizer`` where given), both instruments'
+    consensus per rank, and how many runs were pooled."""
     paths = sorted(results.glob(runs_glob.format(profile=profile, suite=suite.name)))
     if not paths:
         raise InputError("--runs-glob", f"no runs of {suite} match {runs_glob!r}",
                          "run bench/plan_accuracy.py --calibrate on the suite first, or give another glob")
     runs = {str(p): pd.read_csv(p) for p in paths}
-    ranks = suite_ranks(suite, searcher, est)
+    ranks = suite_ranks(suite, searcher, est, optimizer)
     columns, counts = {}, set()
     for column, measured in INSTRUMENTS.items():
         meas, dropped = pooled_runs(runs, ranks, measured)
@@ -70,6 +73,8 @@ def main() -> None:
                     help="model files to score beside the profile's committed one")
     ap.add_argument("--suites", nargs="+", default=[Path(s) for s in SUITES], type=Path)
     ap.add_argument("--searcher", default="torchrec")
+    ap.add_argument("--optimizer", choices=OPTIMIZERS,
+                    help="the tasks' fused optimizer, as the runs were planned with (plan_accuracy.py --optimizer)")
     ap.add_argument("--runs-glob", default="plan-accuracy-{profile}-{suite}-calibrated-*.csv",
                     help="the runs of a suite under bench/results ({profile} and {suite} filled in)")
     add_report_args(ap, "ranks calibrated under this many ms are reported apart")
@@ -83,7 +88,8 @@ def main() -> None:
 
     frames, pooled = [], []
     for suite in args.suites:
-        ranks, consensus, n_runs = suite_consensus(suite, args.profile, args.searcher, args.runs_glob, committed)
+        ranks, consensus, n_runs = suite_consensus(suite, args.profile, args.searcher, args.runs_glob, committed,
+                                                   optimizer=args.optimizer)
         pooled.append(f"`{suite.name}` {n_runs}")
         for name, est in models.items():
             df = consensus.assign(predicted_ms=predicted_ms(est, ranks).reindex(consensus.index))

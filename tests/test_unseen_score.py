@@ -32,3 +32,17 @@ def test_a_suites_runs_pool_into_both_instruments(load_script, tmp_path) -> None
     assert list(consensus.label_protocol_ms) == pytest.approx([6.0] * len(keys))
     with pytest.raises(InputError, match="no runs of"):
         score.suite_consensus(suite, "p", "torchrec", "other-{suite}-*.csv", estimator, results=tmp_path)
+
+
+def test_a_paired_profiles_runs_are_planned_with_its_optimizer(load_script, tmp_path) -> None:
+    """Runs of ``plan_accuracy.py --optimizer`` are matched with plans of the tasks under that optimizer; a
+    profile that does not price the tasks' own optimizer is an error, not a suite of skipped tasks."""
+    estimator = load_estimator("cpu-2c-nested-rowwise-adagrad")
+    runs_mod = load_script("bench/plan_accuracy_runs.py")
+    suite = tmp_path / "mini"
+    suite.mkdir()
+    shutil.copy("data/tasks/cpu-bench/cpu-bench-00.json", suite)
+    ranks = runs_mod.suite_ranks(suite, "torchrec", estimator, optimizer="rowwise_adagrad")
+    assert ranks and {k[0] for k in ranks} == {"cpu-bench-00"}
+    with pytest.raises(InputError, match="optimizer"):
+        runs_mod.suite_ranks(suite, "torchrec", estimator)
