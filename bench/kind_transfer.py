@@ -79,17 +79,26 @@ def host_level(frame: pd.DataFrame) -> float:
                            / (frame["base_fwd_ms"] + frame["base_bwd_ms"])))
 
 
+def reference_slope(frame: pd.DataFrame) -> float:
+    """Within one pairing, the slope of the log backward ratio on the log reference time taken before each row:
+    how the ratio moves with the host's state, read off a timing the row's own noise does not enter."""
+    return float(np.polyfit(np.log(frame["paired_ref_ms"]), np.log(frame["ratio_bwd"]), 1)[0])
+
+
 def repeatability_row(split: str, labels: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
-                      levels: tuple[float, float]) -> dict:
+                      frames: tuple[pd.DataFrame, pd.DataFrame]) -> dict:
     """How far a row's two pairings differ: per head and fwd+bwd, the median |difference| over their mean and the
-    median second over first, the share of fwd+bwd labels within 10% and 15% of each other, and the host's level
-    during each pairing (:func:`host_level`)."""
+    median second over first, the share of fwd+bwd labels within 10% and 15% of each other; and per pairing, over
+    every row of its file (``frames``), the host's level (:func:`host_level`), the median reference and
+    :func:`reference_slope`."""
     (_, f0, b0), (_, f1, b1) = list(labels.values())[:2]
     pairs = {"fwd": (f0, f1), "bwd": (b0, b1), "fwd+bwd": (f0 + b0, f1 + b1)}
     diff = {h: np.abs(a - b) / ((a + b) / 2) for h, (a, b) in pairs.items()}
     names = list(labels)
     return {"split": split, "rows": len(f0), "pairings": f"{names[0]} vs {names[1]}",
-            "host level, first / second": f"{levels[0]:.2f}x / {levels[1]:.2f}x",
+            "host level, first / second": " / ".join(f"{host_level(f):.2f}x" for f in frames),
+            "reference ms, first / second": " / ".join(f"{f['paired_ref_ms'].median():.2f}" for f in frames),
+            "bwd ratio on reference, slope": " / ".join(f"{reference_slope(f):+.2f}" for f in frames),
             **{f"{h} median diff": f"{100 * np.median(d):.1f}%" for h, d in diff.items()},
             **{f"{h} second / first": f"{np.median(b / a):.3f}" for h, (a, b) in pairs.items()},
             "fwd+bwd within 10%": f"{100 * (diff['fwd+bwd'] <= 0.10).mean():.0f}%",
@@ -139,8 +148,7 @@ def main() -> None:
         labels = {"": (np.flatnonzero(hold), fwd[hold], bwd[hold])}
         for rep in repeats[file]:
             labels = repaired_labels(df, np.flatnonzero(hold), fwd, bwd, rep)
-            first = df.iloc[labels[next(iter(labels))][0]]
-            agreement.append(repeatability_row(split, labels, (host_level(first), host_level(rep))))
+            agreement.append(repeatability_row(split, labels, (df, rep)))
         for label_name, (at, lf, lb) in labels.items():
             held = [sets[i] for i in at]
             as_base = as_base_model.predict(held, random_level=random_level)
