@@ -110,7 +110,8 @@ def _cmd_collect_paired(args: argparse.Namespace) -> int:
         raise InputError("--out", "is the source file", "write the new kind's labels to another file")
     check_collect_target(profile, out)
     df = collect_paired(profile, base, src, out, args.optimizer, args.dtype, visits=args.visits, sets=args.sets,
-                        max_seconds=args.max_seconds, held_out=args.held_out)
+                        max_seconds=args.max_seconds, held_out=args.held_out,
+                        wait_fit_s=None if args.wait_fit is None else 60 * args.wait_fit)
     print(f"{out}: {len(df)} rows labelled {args.optimizer}/{args.dtype} from {src}")
     return 0
 
@@ -949,6 +950,10 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--held-out", action="store_true",
                     help="of those rows, only the ones training holds out: pair them again (more --visits, "
                          "another --out) to check the labels a model is scored against")
+    cp.add_argument("--wait-fit", type=at_least(0, float), default=None, metavar="MINUTES",
+                    help="probe the base profile's fitness before the first row and every 50, waiting up to this "
+                         "long while the host is unfit (0: record, never wait), and record it on each row: the "
+                         "ratio moves with the host's level (exit 3 when a wait runs out; run again to resume)")
     cp.add_argument("--max-seconds", type=at_least(0, float), default=None,
                     help="stop after this long, keeping what was collected (run again to resume)")
     cp.add_argument("--out", help="parquet file (default: --src's name in data/profiles/<profile>/)")

@@ -87,6 +87,35 @@ def test_held_out_pairs_only_the_rows_training_holds_out_of_those_wanted(host, p
     assert len(fake_kernel) == 2 * 2 * (1 + 3)  # two rows, two kinds: a warm-up, then three visits each
 
 
+def test_with_wait_fit_rows_are_paired_only_after_a_fit_probe_and_record_it(host, profile_dir, base_file,
+                                                                          fake_kernel, monkeypatch):
+    """The base profile is probed before the first row and every FIT_EVERY rows; a wait that runs out stops the
+    call with every row paired so far written, and a rerun resumes."""
+    from shardplan.cost.fitness import Fitness
+    from shardplan.errors import MachineUnfitError
+
+    host(AMD)
+    made = profiles.new_profile("nested-rwa", "cpu-2c-nested")
+    out = made.dir / "compute.parquet"
+    probes = []
+
+    def probe(profile, max_wait_s):
+        probes.append((profile.name, max_wait_s, len(pd.read_parquet(out)) if out.exists() else 0))
+        if len(probes) == 3:
+            raise MachineUnfitError("unfit")
+        return Fitness(1.05, 1.2, 1.01)
+
+    monkeypatch.setattr(paired, "wait_until_fit", probe)
+    monkeypatch.setattr(paired, "FIT_EVERY", 2)
+    base = get_profile("cpu-2c-nested")
+    with pytest.raises(MachineUnfitError):
+        paired.collect_paired(made, base, base_file, out, "rowwise_adagrad", "fp32", wait_fit_s=600, flush_every=10)
+    assert probes == [("cpu-2c-nested", 600, n) for n in (0, 2, 4)]  # each probe after the rows before it are written
+    df = pd.read_parquet(out)  # the four rows paired before the third probe, though fewer than flush_every
+    assert len(df) == 4 and list(df.fit_label_ratio) == [1.05] * 4 and list(df.fit_tilt) == [1.01] * 4
+    assert len(paired.collect_paired(made, base, base_file, out, "rowwise_adagrad", "fp32", wait_fit_s=600)) == 6
+
+
 def test_what_cannot_be_paired_is_refused_before_timing(host, profile_dir, base_file, fake_kernel, capsys):
     host(AMD)
     made = profiles.new_profile("nested-rwa", "cpu-2c-nested")

@@ -20,9 +20,15 @@ training divides the new label by the slowdown it divided the base label by
 and splits the rows as it split the base's; the row also keeps the base label,
 both kinds' raw medians and the ratios (``label_recipe = "paired-ratio"``).
 
-What is not known: whether a ratio timed on a disturbed host is the quiet
-host's. One set's ratio carried about a tenth of noise in session 62 (its
-forward, the same op in both kinds, spread 0.93-1.38x).
+What the level does not cancel from: the ratio itself. On ``cpu-2c-nested``'s
+guest (session 63) the same held-out rows paired an hour apart gave a
+backward ratio 8% lower with the guest running the sgd sets at 2.17x their
+labels against 1.90x, and 6% higher at 1.82x against 1.96x: row-wise
+adagrad's extra work slows less than sgd's under what slows that guest. And
+one set's ratio carries about a tenth of noise there. ``wait_fit_s`` pairs
+only while the host is fit (:mod:`.fitness`, probed on the base profile
+before the first row and every ``FIT_EVERY`` rows) and records each row's
+last probe (``fit_*``).
 """
 from __future__ import annotations
 
@@ -36,6 +42,7 @@ from tqdm import tqdm
 
 from ..errors import InputError
 from .collect import _stamp, append_rows, check_one_kind, data_kinds, row_id_seed
+from .fitness import wait_until_fit
 from .kernel import RankOp, require_kernel, time_reference
 from .profiles import Profile, load1, runs_here
 from .specs import ShardSpec, specs_from_json
@@ -44,6 +51,7 @@ from .train import holdout_mask
 LABEL_RECIPE = "paired-ratio"
 PAIR_ORDER_SEED = 0  # the seeded order in which the base rows are taken
 TIMED_SOURCES = ("random", "plan-rank")  # rows that record a timing (not plan-rank-infeasible)
+FIT_EVERY = 50  # rows between fitness probes (a probe takes about 15 s; 50 rows 2-5 minutes here)
 
 
 def paired_sources(src: pd.DataFrame, seed: int = PAIR_ORDER_SEED) -> pd.DataFrame:
@@ -84,14 +92,18 @@ def paired_row(base_row: pd.Series, raw: dict[str, float]) -> dict[str, object]:
 
 def collect_paired(profile: Profile, base: Profile, src: Path, out: Path, optimizer: str, dtype: str,
                    visits: int = 2, sets: int | None = None, max_seconds: float | None = None,
-                   held_out: bool = False, flush_every: int = 10) -> pd.DataFrame:
+                   held_out: bool = False, wait_fit_s: float | None = None,
+                   flush_every: int = 10) -> pd.DataFrame:
     """Label ``src``'s rows (a cost-data file of ``base``) for ``profile`` in kind (``optimizer``, ``dtype``)
     by the ratio of the two kinds timed in turns (module docstring), appending to ``out`` until it holds
     ``sets`` rows (default: every timed row of ``src``) or ``max_seconds`` have passed; resumable by
     ``src_row``. ``held_out`` keeps, of those first ``sets`` rows, only the ones training holds out
     (``train.holdout_mask``): the same rows paired again, with more visits, check the labels a model is
-    scored against. Refuses, before timing anything, a base of another device or CPU than this host, the base's
-    own kind, a kind the device cannot train, and an ``out`` of another kind."""
+    scored against. With ``wait_fit_s`` (seconds; 0: probe and record, never wait) the base profile is probed
+    before the first row and every ``FIT_EVERY`` rows, waiting while the host is unfit; a wait that runs out
+    raises :class:`MachineUnfitError` with the rows so far kept. Refuses, before timing anything, a base of
+    another device or CPU than this host, the base's own kind, a kind the device cannot train, and an ``out``
+    of another kind."""
     if profile.name == base.name:
         raise InputError("--base", f"is the profile being labelled ({base.name!r})",
                          "label a profile of its own: shardplan profiles --new NAME --like BASE")
@@ -123,10 +135,15 @@ def collect_paired(profile: Profile, base: Profile, src: Path, out: Path, optimi
     out.parent.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
     start = time.monotonic()
+    n, fit = 0, None  # rows paired this call; the last fitness probe
     for i in tqdm(todo, desc=f"pair {src.name} as {optimizer}/{dtype} [{profile.name}]",
                   initial=wanted - len(todo), total=wanted):
         if max_seconds is not None and time.monotonic() - start > max_seconds:
             break
+        if wait_fit_s is not None and n % FIT_EVERY == 0:
+            existing, rows = append_rows(existing, rows, out), []  # kept should the wait run out
+            fit = wait_until_fit(base, wait_fit_s)
+        n += 1
         row = source.loc[i]
         before, ref = load1(), time_reference(profile.device)
         t = time_in_turns(specs_from_json(row["shards"]), row_id_seed(row), [base_kind, (optimizer, dtype)], profile,
@@ -135,7 +152,8 @@ def collect_paired(profile: Profile, base: Profile, src: Path, out: Path, optimi
                for h, head in enumerate(("fwd", "bwd"))}
         rows.append({"src_row": int(i), **row.to_dict(), **stamp, **paired_row(row, raw),
                      "paired_ref_ms": ref, "paired_load1_before": before, "paired_load1_after": load1(),
-                     "paired_date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
+                     "paired_date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                     **(fit.columns() if fit is not None else {})})
         if len(rows) >= flush_every:
             existing, rows = append_rows(existing, rows, out), []
     return append_rows(existing, rows, out)
