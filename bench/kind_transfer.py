@@ -121,14 +121,15 @@ def main() -> None:
     if data.get("label_recipe", pd.Series(dtype=str)).ne(LABEL_RECIPE).any() or "base_profile" not in data:
         raise InputError("--profile", f"{profile.name}'s compute.parquet was not labelled by shardplan collect paired",
                          "name a paired profile")
-    repeats: dict[str, list[pd.DataFrame]] = {file: [] for _, file, _, _ in SPLITS}
+    repeats: dict[str, list[tuple[str, pd.DataFrame]]] = {file: [] for _, file, _, _ in SPLITS}
     for path in args.repeats:
         if not path.is_file():
             raise InputError("--repeats", f"no file {path}", "name parquet files of collect paired --held-out")
         rep = pd.read_parquet(path)
         if rep.get("label_recipe", pd.Series(dtype=str)).ne(LABEL_RECIPE).any() or "src_row" not in rep:
             raise InputError("--repeats", f"{path} was not written by shardplan collect paired", "name its files")
-        repeats["compute-ranks.parquet" if (rep["source"] == "plan-rank").all() else "compute.parquet"].append(rep)
+        file = "compute-ranks.parquet" if (rep["source"] == "plan-rank").all() else "compute.parquet"
+        repeats[file].append((path.stem, rep))
     base = get_profile(str(data["base_profile"].iloc[0]))
     for path in args.models:
         if not path.is_file():
@@ -145,10 +146,11 @@ def main() -> None:
         sets, fwd, bwd, df = load_sets(path, nominal, source=source, window_s=profile.slowdown_window_s)
         hold = holdout_mask(df)
         factor = {h: float(df.loc[~hold, f"ratio_{h}"].median()) for h in ("fwd", "bwd")}
-        labels = {"": (np.flatnonzero(hold), fwd[hold], bwd[hold])}
-        for rep in repeats[file]:
-            labels = repaired_labels(df, np.flatnonzero(hold), fwd, bwd, rep)
-            agreement.append(repeatability_row(split, labels, (df, rep)))
+        labels = {"as trained": (np.flatnonzero(hold), fwd[hold], bwd[hold])}
+        for tag, rep in repeats[file]:
+            again = repaired_labels(df, np.flatnonzero(hold), fwd, bwd, rep)
+            agreement.append(repeatability_row(f"{split} ({tag})", again, (df, rep)))
+            labels.update({f"{name}, {tag}": v for name, v in list(again.items())[1:]})
         for label_name, (at, lf, lb) in labels.items():
             held = [sets[i] for i in at]
             as_base = as_base_model.predict(held, random_level=random_level)
@@ -157,7 +159,7 @@ def main() -> None:
                       f"{base.name} x {factor['fwd']:.2f} fwd, x {factor['bwd']:.2f} bwd":
                           (as_base[0] * factor["fwd"], as_base[1] * factor["bwd"])}
             for name, (pf, pb) in priced.items():
-                rows.append({"split": split, "labels": label_name or "as trained", "rows": len(at), "model": name,
+                rows.append({"split": split, "labels": label_name, "rows": len(at), "model": name,
                              **score_cells(pf, pb, lf, lb)})
     table = pd.DataFrame(rows)
     md = [f"# A paired profile's own model against its base's, profile `{profile.name}`", "",

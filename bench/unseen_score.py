@@ -31,8 +31,8 @@ from pathlib import Path
 import pandas as pd
 
 from shardplan.cost.estimator import PlanEstimator, load_estimator
-from shardplan.domain import OPTIMIZERS
 from shardplan.cost.profiles import load1
+from shardplan.domain import OPTIMIZERS
 from shardplan.errors import InputError, exit_status
 from instrument_agreement import ERRORS, model_errors, percent, summary  # siblings: bench/ is on sys.path when run
 from plan_accuracy_runs import consensus_ms, pooled_runs, predicted_ms, suite_ranks

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -170,3 +171,20 @@ def test_the_committed_paired_profile_beats_its_base_priced_as_is_or_scaled(load
     with pytest.raises(InputError, match="--profile"):  # a profile not labelled by collect paired
         monkeypatch.setattr("sys.argv", ["kind_transfer.py", "--profile", "cpu-2c-nested"])
         transfer.main()
+
+
+def test_kind_transfer_scores_labels_paired_again_and_pools_them_by_visits(load_script):
+    """A repeat's labels are the training labels times its ratio over the trained one; the pool weighs the two
+    ratios (in log) by their visits; rows the repeat did not pair again are left out of both."""
+    transfer = load_script("bench/kind_transfer.py")
+    df = pd.DataFrame({"src_row": [10, 11, 12], "paired_visits": 2, "ratio_fwd": [1.0, 1.0, 1.0],
+                       "ratio_bwd": [2.0, 2.0, 2.0]})
+    repeat = pd.DataFrame({"src_row": [12, 10], "paired_visits": 6, "ratio_fwd": [1.0, 1.0],
+                           "ratio_bwd": [4.0, 1.0]})
+    fwd, bwd = np.array([1.0, 2.0, 3.0]), np.array([10.0, 20.0, 30.0])
+    labels = transfer.repaired_labels(df, np.array([0, 2]), fwd, bwd, repeat)
+    (at0, f0, b0), (at1, f1, b1), (at2, f2, b2) = labels.values()
+    assert list(labels) == ["as trained (2 visits)", "re-paired (6 visits)", "pooled (8 visits)"]
+    assert list(at0) == list(at1) == list(at2) == [0, 2] and list(f1) == list(f0) == [1.0, 3.0]
+    assert list(b1) == pytest.approx([5.0, 60.0])  # row 10's ratio halved, row 12's doubled
+    assert list(b2) == pytest.approx([10.0 * 0.5 ** 0.75, 30.0 * 2 ** 0.75])  # 2 visits against 6
