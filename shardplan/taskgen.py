@@ -32,9 +32,10 @@ TASK_RECIPE = 2
 def generate_task(rng: np.random.Generator, pool: list[Table], name: str, profile: Profile,
                   num_tables: tuple[int, int] = (10, 60), world_sizes: tuple[int, ...] = (2, 4, 8),
                   oversize: bool = False, batch_size_per_rank: int | None = None,
-                  ranks_per_host: int | None = None) -> Task:
+                  ranks_per_host: int | None = None, optimizer: str = "sgd", dtype: str = "fp32") -> Task:
     """One task drawn by ``rng``. ``ranks_per_host`` (default: every rank on one host) splits the ranks
-    into hosts of that many; each of ``world_sizes`` must then be a multiple of it."""
+    into hosts of that many; each of ``world_sizes`` must then be a multiple of it. The task trains with
+    ``optimizer`` and ``dtype``, and its memory cap is drawn over the bytes they hold (weights and state)."""
     if ranks_per_host is not None and any(w % ranks_per_host for w in world_sizes):
         raise ValueError(f"world sizes {world_sizes} are not all multiples of {ranks_per_host} ranks per host")
     if oversize:  # few tables over many ranks, so one big table can outgrow a rank
@@ -58,7 +59,8 @@ def generate_task(rng: np.random.Generator, pool: list[Table], name: str, profil
         batch = int(2 ** np.clip(np.round(np.log2(TARGET_RANK_LOOKUP_FLOATS / max(work, 1.0))), 6, 11))
     else:  # one of the global batches the profile's cost data was timed at, shared by the ranks
         batch = int(rng.choice(profile.collect_batch_sizes)) // world
-    probe = Task(name=name, tables=tuple(tables), topology=Topology(world, world), batch_size_per_rank=batch)
+    probe = Task(name=name, tables=tuple(tables), topology=Topology(world, world), batch_size_per_rank=batch,
+                 optimizer=optimizer, dtype=dtype)
     sizes = [table_bytes(probe, t) for t in tables]
     slack = float(rng.uniform(1.15, 1.6))
     cap = max(sum(sizes) / world * slack, max(sizes) * 1.02)
@@ -67,5 +69,5 @@ def generate_task(rng: np.random.Generator, pool: list[Table], name: str, profil
     topo = Topology(world_size=world, local_world_size=ranks_per_host or world, device=profile.device,
                     memory_per_rank_gb=round(cap / GB + 5e-4, 3))
     return Task(name=name, tables=tuple(tables), topology=topo, batch_size_per_rank=batch,
-                extra={"generator": {"profile": profile.name, "slack": round(slack, 3),
-                                     "oversize": oversize}})
+                optimizer=optimizer, dtype=dtype,
+                extra={"generator": {"profile": profile.name, "slack": round(slack, 3), "oversize": oversize}})

@@ -221,3 +221,22 @@ def test_hot_tables_spread_by_rows_are_an_episode_kind_that_never_costs_more(est
     cut_only = RLSearcher(samples=2, policy_path=policy).plan(task, estimator, seed=0)
     assert len(polished) == 2
     assert spread.cost.max_ms <= cut_only.cost.max_ms
+
+
+def test_a_policy_trains_on_tasks_of_the_kind_its_estimator_prices(tmp_path, monkeypatch) -> None:
+    """A row-wise adagrad profile refuses sgd tasks, so its policy's training tasks train with row-wise adagrad
+    (and their memory caps are drawn over that optimizer's state as well as the weights)."""
+    from shardplan.cost.estimator import load_estimator
+    from shardplan.search import rl
+
+    drawn = []
+    real = rl.PlacementEnv
+
+    def env(task, estimator, split):
+        drawn.append((task.optimizer, task.dtype))
+        return real(task, estimator, split)
+
+    monkeypatch.setattr(rl, "PlacementEnv", env)
+    est = load_estimator("cpu-2c-nested-rowwise-adagrad")
+    train_policy(est, tmp_path / "p.json", updates=1, tasks_per_update=2, rollouts=1, progress=False)
+    assert drawn == [("rowwise_adagrad", "fp32")] * 2 and (tmp_path / "p.json").exists()

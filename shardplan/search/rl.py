@@ -200,7 +200,8 @@ class RLSearcher(Searcher):
 def train_policy(estimator: PlanEstimator, out: Path, updates: int = 300, tasks_per_update: int = 8,
                  rollouts: int = 4, lr: float = 1e-3, seed: int = 0, progress: bool = True,
                  checkpoint_every: int = 20) -> dict[str, Any]:
-    """REINFORCE on random tasks from the training half of the Meta-like pool; resumable from ``out``.ckpt."""
+    """REINFORCE on random tasks from the training half of the Meta-like pool, trained with the optimizer and
+    weight type ``estimator`` prices; resumable from ``out``.ckpt."""
     from ..pools import load_pool
     from ..taskgen import TASK_RECIPE, generate_task
 
@@ -232,7 +233,8 @@ def train_policy(estimator: PlanEstimator, out: Path, updates: int = 300, tasks_
         loss = torch.zeros(())
         ratios = []
         for k in range(tasks_per_update):
-            task = generate_task(rng, train_pool, f"rl-train-{u}-{k}", profile, num_tables=(10, 60))
+            task = generate_task(rng, train_pool, f"rl-train-{u}-{k}", profile, num_tables=(10, 60),
+                                 optimizer=estimator.optimizers[0], dtype=estimator.dtypes[0])  # what it prices
             try:
                 env = PlacementEnv(task, estimator, SPLIT_CHOICES[k % len(SPLIT_CHOICES)])
             except InputError:
