@@ -114,6 +114,13 @@ def test_cli_train_refuses_a_context_of_the_shard_count_alone_before_reading_dat
         assert build_parser().parse_args(["train", "--context-code", mode]).context_code == mode
 
 
+def test_cli_train_refuses_a_start_of_itself_or_of_another_device_before_reading_data(tmp_path, capsys):
+    for init in ("cpu-2c-nested-rowwise-adagrad", "h100"):
+        argv = ["train", "--profile", "cpu-2c-nested-rowwise-adagrad", "--init", init, "--out", str(tmp_path / "m")]
+        assert main(argv) == 2
+        assert "error: --init:" in capsys.readouterr().err and not (tmp_path / "m").exists()
+
+
 @pytest.mark.parametrize("name", ["greedy-cost", "greedy-size", "greedy-dim", "greedy-lookup",
                                   "greedy-size-lookup", "random", "round-robin", "torchrec"])
 def test_every_searcher_gives_a_valid_plan(name, task_dict, estimator):
