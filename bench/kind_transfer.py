@@ -5,7 +5,8 @@ the two kinds (optimizer, weight type) timed in turns on each set
 (:mod:`shardplan.cost.collect_paired`). Is a model of its own worth having,
 or would the base's model times one factor do? On the rows its data holds
 out (``train.is_holdout``: random sets by seed and sample, plan ranks by
-task), as ``shardplan train`` labels them, this script scores:
+task) and on its larger sets (``compute-large.parquet``, never trained on),
+as ``shardplan train`` labels them, this script scores:
 
 - the paired profile's committed model (and any `--models` of it, candidates);
 - the base profile's model as it is (the other kind priced as the base's);
@@ -47,8 +48,10 @@ from shardplan.errors import InputError, exit_status
 from heldout_compare import score_cells, shown  # siblings: bench/ is on sys.path when run
 from provenance import provenance, write_report
 
-SPLITS = (("held-out random sets", "compute.parquet", None, True),
-          ("held-out plan ranks", "compute-ranks.parquet", "plan-rank", False))
+# (split, file, source kept, priced at the random sets' level, every row held out: never trained on)
+SPLITS = (("held-out random sets", "compute.parquet", None, True, False),
+          ("held-out plan ranks", "compute-ranks.parquet", "plan-rank", False, False),
+          ("larger sets", "compute-large.parquet", None, True, True))
 
 
 def repaired_labels(df: pd.DataFrame, rows: np.ndarray, fwd: np.ndarray, bwd: np.ndarray, repeat: pd.DataFrame
@@ -121,7 +124,7 @@ def main() -> None:
     if data.get("label_recipe", pd.Series(dtype=str)).ne(LABEL_RECIPE).any() or "base_profile" not in data:
         raise InputError("--profile", f"{profile.name}'s compute.parquet was not labelled by shardplan collect paired",
                          "name a paired profile")
-    repeats: dict[str, list[tuple[str, pd.DataFrame]]] = {file: [] for _, file, _, _ in SPLITS}
+    repeats: dict[str, list[tuple[str, pd.DataFrame]]] = {file: [] for _, file, *_ in SPLITS}
     for path in args.repeats:
         if not path.is_file():
             raise InputError("--repeats", f"no file {path}", "name parquet files of collect paired --held-out")
@@ -139,13 +142,15 @@ def main() -> None:
     as_base_model = NeuralCostModel.load(base.dir / "compute-model.json", base.name)
     nominal = reference_nominal(data)
     rows, agreement = [], []
-    for split, file, source, random_level in SPLITS:
+    for split, file, source, random_level, all_held in SPLITS:
         path = profile.dir / file
         if not path.exists():
             continue
         sets, fwd, bwd, df = load_sets(path, nominal, source=source, window_s=profile.slowdown_window_s)
-        hold = holdout_mask(df)
-        factor = {h: float(df.loc[~hold, f"ratio_{h}"].median()) for h in ("fwd", "bwd")}
+        hold = np.ones(len(df), bool) if all_held else holdout_mask(df)
+        # the factor is the training rows' median (for the larger sets, the random sets trained on)
+        trained = data[~holdout_mask(data)] if all_held else df[~hold]
+        factor = {h: float(trained[f"ratio_{h}"].median()) for h in ("fwd", "bwd")}
         labels = {"as trained": (np.flatnonzero(hold), fwd[hold], bwd[hold])}
         for tag, rep in repeats[file]:
             again = repaired_labels(df, np.flatnonzero(hold), fwd, bwd, rep)
