@@ -54,6 +54,11 @@ SPLITS = (("held-out random sets", "compute.parquet", None, True, False),
           ("larger sets", "compute-large.parquet", None, True, True))
 
 
+def is_paired(frame: pd.DataFrame) -> bool:
+    """Whether every row of a cost-data frame was labelled by ``shardplan collect paired``."""
+    return "label_recipe" in frame and frame["label_recipe"].eq(LABEL_RECIPE).all()
+
+
 def repaired_labels(df: pd.DataFrame, rows: np.ndarray, fwd: np.ndarray, bwd: np.ndarray, repeat: pd.DataFrame
                     ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Of ``df``'s rows ``rows`` (positions), those ``repeat`` paired again: per label set (as trained, re-paired,
@@ -121,7 +126,7 @@ def main() -> None:
     load_before = load1()
     profile = get_profile(args.profile)
     data = pd.read_parquet(profile.dir / "compute.parquet")
-    if data.get("label_recipe", pd.Series(dtype=str)).ne(LABEL_RECIPE).any() or "base_profile" not in data:
+    if not is_paired(data) or "base_profile" not in data:
         raise InputError("--profile", f"{profile.name}'s compute.parquet was not labelled by shardplan collect paired",
                          "name a paired profile")
     repeats: dict[str, list[tuple[str, pd.DataFrame]]] = {file: [] for _, file, *_ in SPLITS}
@@ -129,7 +134,7 @@ def main() -> None:
         if not path.is_file():
             raise InputError("--repeats", f"no file {path}", "name parquet files of collect paired --held-out")
         rep = pd.read_parquet(path)
-        if rep.get("label_recipe", pd.Series(dtype=str)).ne(LABEL_RECIPE).any() or "src_row" not in rep:
+        if not is_paired(rep) or "src_row" not in rep:
             raise InputError("--repeats", f"{path} was not written by shardplan collect paired", "name its files")
         file = "compute-ranks.parquet" if (rep["source"] == "plan-rank").all() else "compute.parquet"
         repeats[file].append((path.stem, rep))

@@ -439,7 +439,6 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     others = (f" (also measured on this CPU: {', '.join(p.name for p in mine[1:])}; shardplan run takes "
               f"{here.name}; SHARDPLAN_PROFILE=NAME or --profile picks another)" if len(mine) > 1 else "")
     print(f"this host: {host_cpu()!r}; its profile: {here.name if here else 'none trained'}{others}")
-    width = max(map(len, [*PROFILES, *BROKEN_PROFILES]), default=0) + 1
     rows = []
     for name, p in PROFILES.items():
         trained = ("trained" if (p.dir / "compute-model.json").exists() else
@@ -449,7 +448,8 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
         tags = [t for t, on in (("default", name == DEFAULT_PROFILE), ("this host", measured_on_this_cpu(p))) if on]
         rows.append((name, ", ".join(tags), trained + kind, p.description + _host_state_note(p)))
     rows += [(name, "", "unusable", problem) for name, problem in BROKEN_PROFILES.items()]
-    state_width = max((len(r[2]) for r in rows), default=0) + 1  # a kind in the state column must not run on
+    # each column as wide as its longest entry: a kind in the state column must not run into the description
+    width, state_width = (max((len(r[i]) for r in rows), default=0) + 1 for i in (0, 2))
     for name, tags, state, text in rows:
         print(f"{name:<{width}}{tags:<20}{state:<{state_width}}{text}")
     if args.probe:
