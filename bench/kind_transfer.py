@@ -22,7 +22,10 @@ visits (``shardplan collect paired --held-out --visits 6 --out ...``): the
 models are also scored against those labels and against the visit-weighted
 pool of both ratios (the training label's divisor kept), and a second table
 gives how far the two pairings of a row differ, so the noise of the labels a
-model is scored on is known. Measured: the labels, real FBGEMM CPU kernel
+model is scored on is known. A third table reads, over every pairing of a
+row at once, how the ratio moves with the host's level (the reference timed
+before it), the row held fixed (:func:`level_slope`), and what that slope
+says a quiet host's ratio is against the labels'. Measured: the labels, real FBGEMM CPU kernel
 times (the base label times the ratio timed here); predicted: the named
 neural models. Prints a table and writes
 ``bench/results/kind-transfer-<profile>[-NAME].{md,csv}``.
@@ -42,7 +45,7 @@ import pandas as pd
 
 from shardplan.cost.collect_paired import LABEL_RECIPE
 from shardplan.cost.model import NeuralCostModel
-from shardplan.cost.profiles import get_profile, load1
+from shardplan.cost.profiles import get_profile, load1, reference_ms
 from shardplan.cost.train import holdout_mask, load_sets, reference_nominal
 from shardplan.errors import InputError, exit_status
 from heldout_compare import score_cells, shown  # siblings: bench/ is on sys.path when run
@@ -91,6 +94,31 @@ def reference_slope(frame: pd.DataFrame) -> float:
     """Within one pairing, the slope of the log backward ratio on the log reference time taken before each row:
     how the ratio moves with the host's state, read off a timing the row's own noise does not enter."""
     return float(np.polyfit(np.log(frame["paired_ref_ms"]), np.log(frame["ratio_bwd"]), 1)[0])
+
+
+def level_slope(frames: list[pd.DataFrame], quiet_ms: float) -> dict[str, str]:
+    """How each head's ratio moves with the host's level, the row held fixed: every row paired more than once in
+    ``frames`` (pairings of the same rows, the first the one training used) enters with its log ratio and its log
+    reference time, each less its row's mean over its pairings, and the slope is the least-squares one through
+    those (with its standard error). Carried from the first pairing's median reference to ``quiet_ms`` (a quiet
+    host's reference), it says how far a quiet host's ratio sits from the labels'. A row's composition, which
+    sets most of its ratio, cancels; what is left is the host's state and the timing noise."""
+    long = pd.concat([f[["src_row", "paired_ref_ms", "ratio_fwd", "ratio_bwd"]].drop_duplicates("src_row", keep="last")
+                      for f in frames], ignore_index=True)
+    long = long[long.groupby("src_row")["src_row"].transform("size") > 1]
+    x = np.log(long["paired_ref_ms"])
+    x = (x - x.groupby(long["src_row"]).transform("mean")).to_numpy()
+    out = {"rows paired twice or more": str(long["src_row"].nunique()), "pairings": str(len(long))}
+    gap = float(np.log(quiet_ms) - np.log(frames[0]["paired_ref_ms"]).median())
+    for h in ("fwd", "bwd"):
+        y = np.log(long[f"ratio_{h}"])
+        y = (y - y.groupby(long["src_row"]).transform("mean")).to_numpy()
+        slope = float(x @ y / (x @ x))
+        dof = len(long) - long["src_row"].nunique() - 1
+        se = float(np.sqrt(((y - slope * x) ** 2).sum() / dof / (x @ x)))
+        out[f"{h} slope"] = f"{slope:+.3f} ± {se:.3f}"
+        out[f"{h} quiet / labels"] = f"{np.exp(slope * gap):.3f}"
+    return out
 
 
 def repeatability_row(split: str, labels: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
@@ -146,7 +174,8 @@ def main() -> None:
            **{shown(p): NeuralCostModel.load(p, profile.name) for p in args.models}}
     as_base_model = NeuralCostModel.load(base.dir / "compute-model.json", base.name)
     nominal = reference_nominal(data)
-    rows, agreement = [], []
+    quiet_ms = reference_ms(base)
+    rows, agreement, levels = [], [], []
     for split, file, source, random_level, all_held in SPLITS:
         path = profile.dir / file
         if not path.exists():
@@ -161,6 +190,8 @@ def main() -> None:
             again = repaired_labels(df, np.flatnonzero(hold), fwd, bwd, rep)
             agreement.append(repeatability_row(f"{split} ({tag})", again, (df, rep)))
             labels.update({f"{name}, {tag}": v for name, v in list(again.items())[1:]})
+        if repeats[file]:
+            levels.append({"split": split, **level_slope([df, *(rep for _, rep in repeats[file])], quiet_ms)})
         for label_name, (at, lf, lb) in labels.items():
             held = [sets[i] for i in at]
             as_base = as_base_model.predict(held, random_level=random_level)
@@ -179,7 +210,11 @@ def main() -> None:
           table.to_markdown(index=False), ""]
     if agreement:
         md += ["Labels of the same rows paired twice (the difference over their mean):", "",
-               pd.DataFrame(agreement).to_markdown(index=False), ""]
+               pd.DataFrame(agreement).to_markdown(index=False), "",
+               f"How the log ratio moves with the log reference, each row against its own mean over its pairings "
+               f"(the first the training labels'), and that slope carried from the first pairing's median reference "
+               f"to a quiet host's ({quiet_ms:.4f} ms, `{base.name}`'s reference.json):", "",
+               pd.DataFrame(levels).to_markdown(index=False), ""]
     write_report(args.out, f"kind-transfer-{profile.name}" + (f"-{args.name}" if args.name else ""), md, table)
 
 

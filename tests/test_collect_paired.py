@@ -188,3 +188,23 @@ def test_kind_transfer_scores_labels_paired_again_and_pools_them_by_visits(load_
     assert list(at0) == list(at1) == list(at2) == [0, 2] and list(f1) == list(f0) == [1.0, 3.0]
     assert list(b1) == pytest.approx([5.0, 60.0])  # row 10's ratio halved, row 12's doubled
     assert list(b2) == pytest.approx([10.0 * 0.5 ** 0.75, 30.0 * 2 ** 0.75])  # 2 visits against 6
+
+
+def test_kind_transfer_level_slope_holds_each_row_fixed(load_script):
+    """The slope of the log ratio on the log reference is read within rows (a row's composition cancels), rows
+    paired once are left out, and it is carried from the first pairing's median reference to the quiet one."""
+    transfer = load_script("bench/kind_transfer.py")
+    rng = np.random.default_rng(0)
+    base = np.exp(rng.normal(0.0, 0.5, 40))  # each row's own ratio, far noisier than the host's effect
+
+    def pairing(ref: np.ndarray, rows: slice = slice(None)) -> pd.DataFrame:
+        return pd.DataFrame({"src_row": np.arange(40)[rows], "paired_ref_ms": ref[rows],
+                             "ratio_fwd": base[rows], "ratio_bwd": base[rows] * ref[rows] ** -0.2})
+
+    first = pairing(np.full(40, 4.0))
+    again = pairing(rng.uniform(1.5, 8.0, 40), slice(0, 30))  # ten rows not paired again
+    out = transfer.level_slope([first, again], quiet_ms=1.0)
+    assert out["rows paired twice or more"] == "30" and out["pairings"] == "60"
+    assert out["fwd slope"] == "+0.000 ± 0.000" and out["fwd quiet / labels"] == "1.000"
+    assert out["bwd slope"] == "-0.200 ± 0.000"
+    assert float(out["bwd quiet / labels"]) == pytest.approx(4.0 ** 0.2, abs=1e-3)

@@ -24,8 +24,11 @@ What the level does not cancel from: the ratio itself. On ``cpu-2c-nested``'s
 guest (session 63) the same held-out rows paired an hour apart gave a
 backward ratio 8% lower with the guest running the sgd sets at 2.17x their
 labels against 1.90x, and 6% higher at 1.82x against 1.96x: row-wise
-adagrad's extra work slows less than sgd's under what slows that guest. And
-one set's ratio carries about a tenth of noise there. ``wait_fit_s`` pairs
+adagrad's extra work slows less than sgd's under what slows that guest
+(three pairings read with each row held fixed put a quiet guest's backward
+ratio about a fifth above labels paired at 3x its reference:
+``bench/kind_transfer.py``). And one set's ratio carries about a tenth of
+noise there. ``wait_fit_s`` pairs
 only while the host is fit (:mod:`.fitness`, probed on the base profile
 before the first row and every ``FIT_EVERY`` rows) and records each row's
 last probe (``fit_*``).
