@@ -81,17 +81,27 @@ def _cmd_collect_compute(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_copy_target(profile: Profile, source: tuple[str, Path, str], target: tuple[Path, str]) -> None:
+    """A collector that writes new rows of another file's sets: the source (its field, path and the fix when it is
+    missing) must exist, and the target (its path and the fix) be another file that ``profile`` may write."""
+    from .cost.profiles import check_collect_target
+
+    (field, src, src_fix), (out, out_fix) = source, target
+    if not src.is_file():
+        raise InputError(field, f"no cost-data file at {src}", src_fix)
+    if src.resolve() == out.resolve():
+        raise InputError("--out", "is the source file", out_fix)
+    check_collect_target(profile, out)
+
+
 def _cmd_collect_retime(args: argparse.Namespace) -> int:
     from .cost.collect import retime
-    from .cost.profiles import check_collect_target, get_profile
+    from .cost.profiles import get_profile
 
     profile = get_profile(args.profile)
     src, out = Path(args.src), Path(args.out)
-    if not src.is_file():
-        raise InputError("SRC", f"no cost-data file at {src}", "give a parquet file written by shardplan collect")
-    if src.resolve() == out.resolve():
-        raise InputError("--out", "is the source file", "write the new timings to another file")
-    check_collect_target(profile, out)
+    _check_copy_target(profile, ("SRC", src, "give a parquet file written by shardplan collect"),
+                       (out, "write the new timings to another file"))
     df = retime(profile, src, out)
     print(f"{out}: {len(df)} rows re-timed from {src}")
     return 0
@@ -99,16 +109,13 @@ def _cmd_collect_retime(args: argparse.Namespace) -> int:
 
 def _cmd_collect_paired(args: argparse.Namespace) -> int:
     from .cost.collect_paired import collect_paired
-    from .cost.profiles import check_collect_target, get_profile
+    from .cost.profiles import get_profile
 
     profile, base = get_profile(args.profile), get_profile(args.base)
     src = Path(args.src) if args.src else base.dir / "compute.parquet"
-    if not src.is_file():
-        raise InputError("--src", f"no cost-data file at {src}", f"give a parquet file of {base.name}'s folder")
     out = Path(args.out) if args.out else profile.dir / src.name
-    if src.resolve() == out.resolve():
-        raise InputError("--out", "is the source file", "write the new kind's labels to another file")
-    check_collect_target(profile, out)
+    _check_copy_target(profile, ("--src", src, f"give a parquet file of {base.name}'s folder"),
+                       (out, "write the new kind's labels to another file"))
     df = collect_paired(profile, base, src, out, args.optimizer, args.dtype, visits=args.visits, sets=args.sets,
                         max_seconds=args.max_seconds, held_out=args.held_out,
                         wait_fit_s=None if args.wait_fit is None else 60 * args.wait_fit)

@@ -138,6 +138,13 @@ def test_what_cannot_be_paired_is_refused_before_timing(host, profile_dir, base_
     argv = ["collect", "paired", "--profile", "nested-rwa", "--base", "cpu-2c-nested", "--optimizer", "adagrad",
             "--src", str(base_file), "--out", str(base_file)]
     assert main(argv) == 2 and "error: --out:" in capsys.readouterr().err
+    assert main(argv[:-4] + ["--src", str(out.with_name("none.parquet"))]) == 2
+    assert "error: --src: no cost-data file" in capsys.readouterr().err
+    for retime_argv, field in ((["collect", "retime", str(base_file), "--out", str(base_file)], "--out"),
+                               (["collect", "retime", str(out), "--out", str(base_file)], "SRC")):
+        assert main(retime_argv + ["--profile", "nested-rwa"]) == 2  # collect retime checks the same way
+        assert f"error: {field}:" in capsys.readouterr().err
+    assert not out.exists()
 
 
 def test_the_host_takes_the_profile_that_prices_the_tasks_optimizer(host, profile_dir):
