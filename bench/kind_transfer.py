@@ -106,15 +106,16 @@ def level_slope(frames: list[pd.DataFrame], quiet_ms: float) -> dict[str, str]:
     long = pd.concat([f[["src_row", "paired_ref_ms", "ratio_fwd", "ratio_bwd"]].drop_duplicates("src_row", keep="last")
                       for f in frames], ignore_index=True)
     long = long[long.groupby("src_row")["src_row"].transform("size") > 1]
-    x = np.log(long["paired_ref_ms"])
-    x = (x - x.groupby(long["src_row"]).transform("mean")).to_numpy()
-    out = {"rows paired twice or more": str(long["src_row"].nunique()), "pairings": str(len(long))}
+    logs = np.log(long.drop(columns="src_row"))
+    centred = logs - logs.groupby(long["src_row"]).transform("mean")  # each row less its own mean
+    x = centred["paired_ref_ms"].to_numpy()
+    rows = long["src_row"].nunique()
+    dof = len(long) - rows - 1  # one mean a row, and the slope
+    out = {"rows paired twice or more": str(rows), "pairings": str(len(long))}
     gap = float(np.log(quiet_ms) - np.log(frames[0]["paired_ref_ms"]).median())
     for h in ("fwd", "bwd"):
-        y = np.log(long[f"ratio_{h}"])
-        y = (y - y.groupby(long["src_row"]).transform("mean")).to_numpy()
+        y = centred[f"ratio_{h}"].to_numpy()
         slope = float(x @ y / (x @ x))
-        dof = len(long) - long["src_row"].nunique() - 1
         se = float(np.sqrt(((y - slope * x) ** 2).sum() / dof / (x @ x)))
         out[f"{h} slope"] = f"{slope:+.3f} ± {se:.3f}"
         out[f"{h} quiet / labels"] = f"{np.exp(slope * gap):.3f}"
