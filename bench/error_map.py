@@ -44,7 +44,8 @@ from shardplan.cost.estimator import load_estimator
 from shardplan.cost.features import touched_bytes
 from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile, load1, reference_ms
-from shardplan.cost.train import holdout_mask, load_sets
+from shardplan.cost.split import holdout_mask
+from shardplan.cost.train import load_sets
 from shardplan.errors import InputError, exit_status
 from provenance import provenance, write_report  # a sibling: bench/ is on sys.path when run
 

@@ -30,7 +30,8 @@ import pandas as pd
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import get_profile
-from shardplan.cost.train import holdout_mask, load_sets, metric_cells, metrics
+from shardplan.cost.split import holdout_mask
+from shardplan.cost.train import load_sets, metric_cells, metrics
 from shardplan.errors import InputError, exit_status
 from shardplan.formats import load_plan, write_text_atomic
 

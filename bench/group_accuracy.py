@@ -23,7 +23,8 @@ import pandas as pd
 
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import load1
-from shardplan.cost.train import holdout_mask, level_matched, load_sets, metrics
+from shardplan.cost.split import holdout_mask
+from shardplan.cost.train import level_matched, load_sets, metrics
 from shardplan.errors import exit_status
 from shardplan.formats import write_text_atomic
 from provenance import provenance  # a sibling: bench/ is on sys.path when run

@@ -36,7 +36,8 @@ import pandas as pd
 from shardplan.cost.host_state import by_op, sample_reference_ms
 from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile, load1
-from shardplan.cost.train import holdout_mask, load_retimes, load_sets, metrics, reference_nominal
+from shardplan.cost.split import holdout_mask
+from shardplan.cost.train import load_retimes, load_sets, metrics, reference_nominal
 from shardplan.errors import InputError, exit_status
 from provenance import provenance, write_report  # siblings: bench/ is on sys.path when run
 

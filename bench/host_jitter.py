@@ -22,7 +22,8 @@ import numpy as np
 from shardplan.cost.host_state import HostStateAdjustment, sample_reference_ms
 from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile
-from shardplan.cost.train import holdout_mask, load_sets, metric_cells, metrics
+from shardplan.cost.split import holdout_mask
+from shardplan.cost.train import load_sets, metric_cells, metrics
 from shardplan.errors import exit_status
 from shardplan.formats import write_text_atomic
 

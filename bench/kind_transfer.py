@@ -4,7 +4,7 @@ A paired profile's labels are its base profile's labels times the ratio of
 the two kinds (optimizer, weight type) timed in turns on each set
 (:mod:`shardplan.cost.collect_paired`). Is a model of its own worth having,
 or would the base's model times one factor do? On the rows its data holds
-out (``train.is_holdout``: random sets by seed and sample, plan ranks by
+out (``split.is_holdout``: random sets by seed and sample, plan ranks by
 task) and on its larger sets (``compute-large.parquet``, never trained on),
 as ``shardplan train`` labels them, this script scores:
 
@@ -46,7 +46,8 @@ import pandas as pd
 from shardplan.cost.collect_paired import LABEL_RECIPE
 from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile, load1, reference_ms
-from shardplan.cost.train import holdout_mask, load_sets, reference_nominal
+from shardplan.cost.split import holdout_mask
+from shardplan.cost.train import load_sets, reference_nominal
 from shardplan.errors import InputError, exit_status
 from heldout_compare import score_cells, shown  # siblings: bench/ is on sys.path when run
 from provenance import provenance, write_report
@@ -177,15 +178,18 @@ def main() -> None:
     nominal = reference_nominal(data)
     quiet_ms = reference_ms(base)
     rows, agreement, levels = [], [], []
+    factors: dict[str, dict[str, float]] = {}
     for split, file, source, random_level, all_held in SPLITS:
         path = profile.dir / file
         if not path.exists():
             continue
         sets, fwd, bwd, df = load_sets(path, nominal, source=source, window_s=profile.slowdown_window_s)
         hold = np.ones(len(df), bool) if all_held else holdout_mask(df)
-        # the factor is the training rows' median (for the larger sets, the random sets trained on)
-        trained = data[~holdout_mask(data)] if all_held else df[~hold]
-        factor = {h: float(trained[f"ratio_{h}"].median()) for h in ("fwd", "bwd")}
+        # the factor is the training rows' median; the larger sets, never trained on, take the random sets'
+        # (SPLITS lists them first)
+        factor = factors["compute.parquet"] if all_held else {h: float(df[~hold][f"ratio_{h}"].median())
+                                                             for h in ("fwd", "bwd")}
+        factors[file] = factor
         labels = {"as trained": (np.flatnonzero(hold), fwd[hold], bwd[hold])}
         for tag, rep in repeats[file]:
             again = repaired_labels(df, np.flatnonzero(hold), fwd, bwd, rep)

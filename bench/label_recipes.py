@@ -25,7 +25,8 @@ import pandas as pd
 from shardplan.argtypes import at_least
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import get_profile, load1, reference_ms
-from shardplan.cost.train import holdout_mask, load_sets
+from shardplan.cost.split import holdout_mask
+from shardplan.cost.train import load_sets
 from shardplan.errors import InputError, exit_status
 from provenance import provenance, write_report  # siblings: bench/ is on sys.path when run
 

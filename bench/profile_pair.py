@@ -24,7 +24,8 @@ from scipy.stats import spearmanr
 
 from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile, load1
-from shardplan.cost.train import holdout_mask, load_sets, reference_nominal
+from shardplan.cost.split import holdout_mask
+from shardplan.cost.train import load_sets, reference_nominal
 from shardplan.errors import exit_status
 from provenance import provenance, write_report  # a sibling: bench/ is on sys.path when run
 

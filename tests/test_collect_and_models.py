@@ -14,7 +14,8 @@ from shardplan.cost.kernel import RankOp, time_specs
 from shardplan.cost.model import CONTEXT_TRIM_PERCENT, NeuralCostModel
 from shardplan.cost.profiles import get_profile
 from shardplan.cost.specs import ShardSpec, specs_from_json
-from shardplan.cost.train import GROUP_SPLIT, is_holdout, metrics
+from shardplan.cost.split import is_holdout
+from shardplan.cost.train import GROUP_SPLIT, metrics
 from shardplan.domain import Table
 from shardplan.errors import InputError
 

@@ -10,7 +10,8 @@ from shardplan.cost.collect_decomp import collect_decompositions, decomposition_
 from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile
 from shardplan.cost.specs import ShardSpec, specs_to_json
-from shardplan.cost.train import DECOMP_SPLIT, is_holdout, predicted_ratios, train_and_report
+from shardplan.cost.split import is_holdout
+from shardplan.cost.train import DECOMP_SPLIT, predicted_ratios, train_and_report
 from shardplan.errors import InputError
 from test_collect_and_models import _synthetic
 

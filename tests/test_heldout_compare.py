@@ -11,7 +11,8 @@ import pytest
 
 from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile
-from shardplan.cost.train import holdout_mask, load_sets, reference_nominal
+from shardplan.cost.split import holdout_mask
+from shardplan.cost.train import load_sets, reference_nominal
 
 ROOT = Path(__file__).resolve().parent.parent
 

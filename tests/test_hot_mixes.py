@@ -14,7 +14,8 @@ from shardplan.cost.collect_hot import (CROWDED_ID_SEED, CROWDED_MAX_HELD, CROWD
 from shardplan.cost.features import touched_bytes
 from shardplan.cost.profiles import get_profile
 from shardplan.cost.specs import specs_from_json, specs_to_json
-from shardplan.cost.train import CROWDED_SPLIT, HOT_SPLIT, is_holdout, train_and_report
+from shardplan.cost.split import holdout_mask, is_holdout
+from shardplan.cost.train import CROWDED_SPLIT, HOT_SPLIT, train_and_report
 from shardplan.domain import Table
 from shardplan.errors import InputError
 from test_collect_and_models import _synthetic
@@ -147,7 +148,7 @@ def test_plan_ranks_join_training_copy_after_copy_and_long_ones_more(tmp_path, m
     for long_ranks in (False, True):
         with pytest.raises(Stop):
             train.train_and_report(prof, epochs=1, data_dir=tmp_path, progress=False, long_ranks=long_ranks)
-    kept = ranks[~train.holdout_mask(ranks)]
+    kept = ranks[~holdout_mask(ranks)]
     label = kept.fwd_ms.to_numpy()
     n_random = len(seen[False]) - train.RANK_SAMPLE_WEIGHT * len(kept)
     assert seen[False][n_random:] == list(label) * train.RANK_SAMPLE_WEIGHT

@@ -47,7 +47,7 @@ from .kernel import RankOp, time_reference
 from .model import batch_parts
 from .profiles import Profile, load1, reference_ms
 from .specs import ShardSpec, specs_from_json
-from .train import holdout_mask
+from .split import holdout_mask
 
 MIN_SHARDS = 3  # two shards say little about how a set of them interferes
 DECOMP_ORDER_SEED = 11  # the seeded order in which source ranks are taken

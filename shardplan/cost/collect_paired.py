@@ -49,7 +49,7 @@ from .fitness import wait_until_fit
 from .kernel import RankOp, require_kernel, time_reference
 from .profiles import Profile, load1, runs_here
 from .specs import ShardSpec, specs_from_json
-from .train import holdout_mask
+from .split import holdout_mask
 
 LABEL_RECIPE = "paired-ratio"
 PAIR_ORDER_SEED = 0  # the seeded order in which the base rows are taken
@@ -101,7 +101,7 @@ def collect_paired(profile: Profile, base: Profile, src: Path, out: Path, optimi
     by the ratio of the two kinds timed in turns (module docstring), appending to ``out`` until it holds
     ``sets`` rows (default: every timed row of ``src``) or ``max_seconds`` have passed; resumable by
     ``src_row``. ``held_out`` keeps, of those first ``sets`` rows, only the ones training holds out
-    (``train.holdout_mask``): the same rows paired again, with more visits, check the labels a model is
+    (``split.holdout_mask``): the same rows paired again, with more visits, check the labels a model is
     scored against. With ``wait_fit_s`` (seconds; 0: probe and record, never wait) the base profile is probed
     before the first row and every ``FIT_EVERY`` rows, waiting while the host is unfit; a wait that runs out
     raises :class:`MachineUnfitError` with the rows so far kept. Refuses, before timing anything, a base of

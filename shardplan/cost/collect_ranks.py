@@ -14,7 +14,7 @@ rows of the same shape to ``data/profiles/<profile>/compute-ranks.parquet``
 (plan files) the same way: a lent GPU machine has no TorchRec to plan with.
 
 All ranks of a task share one ``sample`` number, so the train/held-out split
-(:func:`shardplan.cost.train.is_holdout`) holds out whole tasks. Resumable:
+(:func:`shardplan.cost.split.is_holdout`) holds out whole tasks. Resumable:
 (task, searcher, round) triples already in the file are skipped.
 
 By default a rank is timed again while the reference shows the machine more

@@ -14,7 +14,6 @@ model with its metadata and write the report (JSON + markdown).
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +31,8 @@ from .labels import label_slowdowns, repeated_labels
 from .model import NeuralCostModel, check_context_code
 from .profiles import Profile
 from .specs import ShardSpec, specs_from_json
+from .split import holdout_mask, is_holdout
 
-HOLDOUT_FRACTION = 0.15
 # Whole-rank samples of real plans are fewer than the random sets but are the population the
 # searchers ask about; each counts this many times in training.
 RANK_SAMPLE_WEIGHT = 3
@@ -91,16 +90,6 @@ def load_retimes(data_dir: Path) -> list[pd.DataFrame]:
     """The re-timings kept under ``data_dir/retimes/`` (``*-retime*.parquet``, written by ``shardplan collect
     retime``), in name order: :func:`load_sets` pairs each with the rows it re-timed."""
     return [pd.read_parquet(p) for p in sorted((data_dir / "retimes").glob("*-retime*.parquet"))]
-
-
-def is_holdout(seed: int, sample: int) -> bool:
-    h = hashlib.sha256(f"{seed}:{sample}".encode()).digest()
-    return int.from_bytes(h[:4], "little") / 2**32 >= 1.0 - HOLDOUT_FRACTION
-
-
-def holdout_mask(df: pd.DataFrame) -> np.ndarray:
-    """Which rows of a cost-data frame (columns ``seed``, ``sample``) are held out (:func:`is_holdout`)."""
-    return np.array([is_holdout(s, i) for s, i in zip(df["seed"], df["sample"])], dtype=bool)
 
 
 LARGE_RAW_SPLIT = "larger_sets, raw labels (machine drift left in)"
