@@ -13,9 +13,20 @@ error it reports is the instrument's and the labels' together, with no model
 involved; the real instrument interleaves a rank with its neighbours and
 takes two passes, so it sits below these figures.
 
+``--k`` given several values replays each neighbourhood size in turn;
+``--pooled`` adds a recipe that asks every other task's re-timed rank at
+once instead of the nearest few: a ridge fit of log(re-timed over label) on
+the neighbour features (``calibration.POINT_NAMES``), whether the rank holds two
+batch sizes and its log shard count, evaluated at the rank (session 65: no
+better than 6 neighbours on short ranks).
+
     .venv/bin/python bench/calibration_replay.py --profile cpu-2c-nested \\
         --block data/profiles/cpu-2c-nested/repeatability/ranks-sub.parquet \\
         --retimes data/profiles/cpu-2c-nested/repeatability/ranks-sub-retime{,2}.parquet --window-s 15 30 60
+    .venv/bin/python bench/calibration_replay.py --profile cpu-2c-nested \\
+        --block data/profiles/cpu-2c-nested/repeatability/ranks-sub.parquet \\
+        --retimes data/profiles/cpu-2c-nested/repeatability/ranks-sub-retime{,2}.parquet --k 3 6 10 16 24 \\
+        --pooled --name recipes-s65
 """
 from __future__ import annotations
 
@@ -51,6 +62,26 @@ def replay(labels: np.ndarray, raw: np.ndarray, specs: list, tasks: np.ndarray, 
     return err
 
 
+POOLED_RIDGE = 1.0  # the pooled fit's ridge penalty (0.1-10 gave the same errors to 0.5 points)
+
+
+def pooled_replay(labels: np.ndarray, raw: np.ndarray, specs: list, tasks: np.ndarray) -> np.ndarray:
+    """Each rank's calibrated ms over its label, minus 1, its factor read off a ridge fit over every rank of the
+    other tasks (log raw over label on the neighbour features, two batch sizes, log shard count)."""
+    feats = np.stack([rank_point(s, lab) for s, lab in zip(specs, labels)])
+    two_batches = [len({x.batch_size for x in s}) > 1 for s in specs]
+    x = np.column_stack([np.ones(len(labels)), feats, two_batches, np.log([len(s) for s in specs])])
+    y = np.log(raw / labels)
+    penalty = POOLED_RIDGE * np.diag([0.0] + [1.0] * (x.shape[1] - 1))  # the level itself is not shrunk
+    err = np.empty(len(labels))
+    for j in range(len(labels)):
+        other = tasks != tasks[j]
+        a = x[other]
+        w = np.linalg.solve(a.T @ a + penalty, a.T @ y[other])
+        err[j] = raw[j] / np.exp(x[j] @ w) / labels[j] - 1
+    return err
+
+
 def length_bands(labels: np.ndarray, short_ms: float) -> list[tuple[str, np.ndarray]]:
     """All ranks, then those under and over ``short_ms`` by their label: on a disturbed host short ranks
     move the most between timings, so the instrument's floor is theirs (docs/cost-model.md)."""
@@ -76,7 +107,10 @@ def main() -> None:
     ap.add_argument("--retimes", type=Path, nargs="+", required=True, help="shardplan collect retime outputs")
     ap.add_argument("--window-s", type=at_least(1, float), nargs="*", default=[],
                     help="label recipes besides each label's own references")
-    ap.add_argument("--k", type=at_least(1), default=NEIGHBOURS)
+    ap.add_argument("--k", type=at_least(1), nargs="+", default=[NEIGHBOURS],
+                    help="neighbours a rank is divided by; several values are replayed in turn")
+    ap.add_argument("--pooled", action="store_true",
+                    help="also divide each rank by a ridge fit over every other task's rank (pooled_replay)")
     ap.add_argument("--short-ms", type=at_least(0.0, float), default=10.0,
                     help="also report the ranks under and over this label apart (default %(default)s ms)")
     ap.add_argument("--name", help="results file stem suffix")
@@ -103,16 +137,20 @@ def main() -> None:
         for path in args.retimes:
             r = pd.read_parquet(path).set_index("src_row")
             raw = (r.fwd_ms + r.bwd_ms).reindex(rows).to_numpy()
-            err = replay(labels, raw, specs, tasks, args.k)
             recipe = "own references" if window is None else f"median within {window / 2:g} s"
-            for band, mask in length_bands(labels, args.short_ms):
-                out.append({"labels divided by": recipe, "re-timing": path.name, "ranks of": band,
-                            **error_columns(err[mask])})
+            errs = {f"{k} nearest": replay(labels, raw, specs, tasks, k) for k in args.k}
+            if args.pooled:
+                errs["pooled fit"] = pooled_replay(labels, raw, specs, tasks)
+            for factor_by, err in errs.items():
+                for band, mask in length_bands(labels, args.short_ms):
+                    out.append({"labels divided by": recipe, "re-timing": path.name, "factor of": factor_by,
+                                "ranks of": band, **error_columns(err[mask])})
     table = pd.DataFrame(out)
     md = [f"# Neighbour calibration replayed on re-timed stored ranks, profile `{args.profile}`", "",
-          *provenance(load_before, f". {len(rows)} stored ranks of `{args.block}`, each re-timing's ms over its "
-                      f"{args.k} nearest re-timed ranks of other tasks' factor, against its label. Measured: "
-                      "real FBGEMM CPU kernel times (the re-timings), replayed offline; no model involved."), "",
+          *provenance(load_before, f". {len(rows)} stored ranks of `{args.block}`, each re-timing's ms over the "
+                      "factor of re-timed ranks of other tasks (`factor of`: its k nearest, or a fit over all), "
+                      "against its label. Measured: real FBGEMM CPU kernel times (the re-timings), replayed "
+                      "offline; no model involved."), "",
           table.to_markdown(index=False), ""]
     write_report(Path(args.out), f"calibration-replay-{args.profile}" + (f"-{args.name}" if args.name else ""),
                  md, table)

@@ -139,6 +139,23 @@ def test_a_replayed_calibration_divides_a_hosts_slowdown_out_and_shows_one_bad_l
     assert np.median(np.abs(np.delete(err, 10))) < 1e-9  # only the few it serves as a neighbour move
 
 
+def test_the_pooled_replay_divides_out_a_slowdown_that_runs_with_rank_length(load_script):
+    """The pooled recipe fits the factor over every other task's rank: a host 1.4x slow everywhere is divided out
+    exactly (the level is not shrunk), and one that slows short ranks more to a few per cent a rank."""
+    replay = load_script("bench/calibration_replay.py")
+    pool = calibration.labelled_pool(get_profile("cpu-2c"))
+    ranks = pool.ranks[:80]
+    specs = [list(r.specs) for r in ranks]
+    labels = np.array([r.label_ms for r in ranks])
+    tasks = np.array(pool.tasks[:80])
+    assert replay.pooled_replay(labels, 1.4 * labels, specs, tasks) == pytest.approx(np.zeros(80), abs=1e-9)
+    tilted = labels * 2.0 * (labels / np.median(labels)) ** -0.3  # short ranks lose the most
+    err = replay.pooled_replay(labels, tilted, specs, tasks)
+    assert np.median(np.abs(err)) < 0.03  # the ridge shrinks the slope a little
+    one_factor = tilted / labels / np.median(tilted / labels) - 1  # what a single divisor would leave
+    assert np.median(np.abs(err)) < np.median(np.abs(one_factor)) / 3
+
+
 def test_the_replay_reports_short_and_long_ranks_apart(load_script):
     """The instrument's floor is the short ranks': the replay's bands split the ranks by label, each once."""
     replay = load_script("bench/calibration_replay.py")
