@@ -78,5 +78,7 @@ def measured_note(measured: PlanCost) -> str:
             lines.append(f"host: ran the {measured.profile} profile's stored ranks at {min(factors):.2f}-"
                          f"{max(factors):.2f}x their labels{ref}, far from the host they were taken on; the "
                          f"measured figures above are put on that host by neighbour calibration (as timed here, a "
-                         f"rank took about {mid:.1f}x its figure)")
+                         f"rank took about {mid:.1f}x its figure), which on a host this far off scatters about twice "
+                         f"as much as on a fit one (docs/cost-model.md, session 65): for figures to rely on, measure "
+                         f"again when `shardplan profiles --probe` calls the host fit")
     return "\n".join(lines)

@@ -52,6 +52,7 @@ def test_a_measured_block_says_when_the_host_ran_the_labels_far_off() -> None:
     far = measured_note(block([1.99, 2.28, 2.40, 2.13])).splitlines()
     assert len(far) == 2 and "1.99-2.40x their labels" in far[1] and "4.27x quiet" in far[1]
     assert "about 2.2x" in far[1]  # the median factor: what a raw figure would have read
+    assert "scatters about twice" in far[1] and "profiles --probe" in far[1]  # and how far to trust it
     assert len(measured_note(block([1 / (FAR_FACTOR + 0.1)] * 3)).splitlines()) == 2  # fast hosts too
     uncalibrated = block([])
     del uncalibrated.extra["calibration_factor_per_rank"]
