@@ -121,15 +121,18 @@ def test_a_profile_without_stored_ranks_is_an_input_error_naming_the_file(monkey
         calibration.calibrated_timing([], "sgd", "fp32", 0, prof)
 
 
+def _stored_ranks(n: int) -> tuple[list, np.ndarray, np.ndarray]:
+    """The first ``n`` of ``cpu-2c``'s labelled stored ranks: their shards, labels and tasks (for the replays)."""
+    pool = calibration.labelled_pool(get_profile("cpu-2c"))
+    ranks = pool.ranks[:n]
+    return [list(r.specs) for r in ranks], np.array([r.label_ms for r in ranks]), np.array(pool.tasks[:n])
+
+
 def test_a_replayed_calibration_divides_a_hosts_slowdown_out_and_shows_one_bad_label(load_script):
     """bench/calibration_replay.py: ranks re-timed on a host 1.4x slow are given back their labels by their
     neighbours' factor, and a rank whose label is 30% long reads as that, not hidden by its neighbours."""
     replay = load_script("bench/calibration_replay.py")
-    pool = calibration.labelled_pool(get_profile("cpu-2c"))
-    ranks = pool.ranks[:60]
-    specs = [list(r.specs) for r in ranks]
-    labels = np.array([r.label_ms for r in ranks])
-    tasks = np.array(pool.tasks[:60])
+    specs, labels, tasks = _stored_ranks(60)
     raw = 1.4 * labels
     assert replay.replay(labels, raw, specs, tasks, k=6) == pytest.approx(np.zeros(60), abs=1e-9)
     bad = labels.copy()
@@ -143,11 +146,7 @@ def test_the_pooled_replay_divides_out_a_slowdown_that_runs_with_rank_length(loa
     """The pooled recipe fits the factor over every other task's rank: a host 1.4x slow everywhere is divided out
     exactly (the level is not shrunk), and one that slows short ranks more to a few per cent a rank."""
     replay = load_script("bench/calibration_replay.py")
-    pool = calibration.labelled_pool(get_profile("cpu-2c"))
-    ranks = pool.ranks[:80]
-    specs = [list(r.specs) for r in ranks]
-    labels = np.array([r.label_ms for r in ranks])
-    tasks = np.array(pool.tasks[:80])
+    specs, labels, tasks = _stored_ranks(80)
     assert replay.pooled_replay(labels, 1.4 * labels, specs, tasks) == pytest.approx(np.zeros(80), abs=1e-9)
     tilted = labels * 2.0 * (labels / np.median(labels)) ** -0.3  # short ranks lose the most
     err = replay.pooled_replay(labels, tilted, specs, tasks)
