@@ -141,6 +141,14 @@ def consensus_ms(meas: pd.DataFrame) -> pd.Series:
     return np.exp(np.log(meas).median(axis=1))
 
 
+def score(err: pd.Series) -> dict[str, float]:
+    """The model's errors over measured, minus 1, summed up: MAPE, median, share within :data:`TOLERANCE`,
+    worst and median signed error."""
+    a = err.abs()
+    return {"mape": a.mean(), "median": a.median(), "within": (a <= TOLERANCE).mean(), "worst": a.max(),
+            "bias": err.median()}
+
+
 def run_gaps(meas: pd.DataFrame, predicted: pd.Series, short_ms: float) -> list[dict[str, object]]:
     """Each run against the consensus of the others: its level (median ratio), how far its ranks lie from
     that consensus (median |difference|, share beyond :data:`TOLERANCE`), the same over the ranks the others
@@ -151,11 +159,11 @@ def run_gaps(meas: pd.DataFrame, predicted: pd.Series, short_ms: float) -> list[
         others = consensus_ms(meas.drop(columns=name))
         gap = (meas[name] / others - 1).abs()
         long = others >= short_ms
-        model = (predicted / meas[name] - 1).abs()
+        model = score(predicted / meas[name] - 1)
         out.append({"run": name, "level": float(np.exp(np.log(meas[name] / others).median())),
                     "gap_median": gap.median(), "beyond": (gap > TOLERANCE).mean(),
                     "gap_median_long": gap[long].median(), "beyond_long": (gap[long] > TOLERANCE).mean(),
-                    "model_mape": model.mean(), "model_within": (model <= TOLERANCE).mean()})
+                    "model_mape": model["mape"], "model_within": model["within"]})
     return out
 
 
@@ -196,11 +204,6 @@ def main() -> None:
     logm = np.log(meas)
     consensus = consensus_ms(meas)
     predicted = predicted_ms(est, ranks).reindex(meas.index)
-
-    def score(err: pd.Series) -> dict[str, float]:
-        a = err.abs()
-        return {"mape": a.mean(), "median": a.median(), "within": (a <= TOLERANCE).mean(), "worst": a.max(),
-                "bias": err.median()}
 
     per_run = run_gaps(meas, predicted, args.short_ms)
     overall = score(predicted / consensus - 1)
