@@ -124,30 +124,35 @@ def main() -> None:
     tasks = block["task"].iloc[rows].astype(str).to_numpy()
     out = []
     for window in [None, *args.window_s]:
-        # the calibration pool's own labels (quiet-gated stored ranks), under this recipe
+        # the calibration pool's own labels (stored ranks that passed the quiet gate), under this recipe
         labelled = labelled_ranks(replace(profile, slowdown_window_s=window))
         if labelled.empty:
             raise InputError("--profile", f"profile {args.profile!r} has no reference.json or stored plan ranks",
                              "collect plan ranks and train it first")
         labels = block.iloc[rows][RANK_KEY].merge(labelled[RANK_KEY + ["label"]].drop_duplicates(RANK_KEY),
                                                   on=RANK_KEY, how="left")["label"].to_numpy()
-        if np.isnan(labels).any():
-            raise InputError("--block", f"{int(np.isnan(labels).sum())} of its ranks are not among the labelled "
-                             f"ranks of {profile.dir / 'compute-ranks.parquet'}", "give a block cut from that file")
+        if np.isnan(labels).all():
+            raise InputError("--block", f"none of its ranks is among the labelled ranks of "
+                             f"{profile.dir / 'compute-ranks.parquet'}", "give a block cut from that file")
+        keep = ~np.isnan(labels)  # a rank whose label failed the quiet gate (fitness.labelled_ranks) is left out
+        unlabelled = int((~keep).sum())
+        labels, kept = labels[keep], rows[keep]
+        kept_specs, kept_tasks = [s for s, k in zip(specs, keep) if k], tasks[keep]
         for path in args.retimes:
             r = pd.read_parquet(path).set_index("src_row")
-            raw = (r.fwd_ms + r.bwd_ms).reindex(rows).to_numpy()
+            raw = (r.fwd_ms + r.bwd_ms).reindex(kept).to_numpy()
             recipe = "own references" if window is None else f"median within {window / 2:g} s"
-            errs = {f"{k} nearest": replay(labels, raw, specs, tasks, k) for k in args.k}
+            errs = {f"{k} nearest": replay(labels, raw, kept_specs, kept_tasks, k) for k in args.k}
             if args.pooled:
-                errs["pooled fit"] = pooled_replay(labels, raw, specs, tasks)
+                errs["pooled fit"] = pooled_replay(labels, raw, kept_specs, kept_tasks)
             for factor_by, err in errs.items():
                 for band, mask in length_bands(labels, args.short_ms):
                     out.append({"labels divided by": recipe, "re-timing": path.name, "factor of": factor_by,
                                 "ranks of": band, **error_columns(err[mask])})
     table = pd.DataFrame(out)
     md = [f"# Neighbour calibration replayed on re-timed stored ranks, profile `{args.profile}`", "",
-          *provenance(load_before, f". {len(rows)} stored ranks of `{args.block}`, each re-timing's ms over the "
+          *provenance(load_before, f". {len(rows) - unlabelled} stored ranks of `{args.block}` (and "
+                      f"{unlabelled} whose label failed the quiet gate, left out), each re-timing's ms over the "
                       "factor of re-timed ranks of other tasks (`factor of`: its k nearest, or a fit over all), "
                       "against its label. Measured: real FBGEMM CPU kernel times (the re-timings), replayed "
                       "offline; no model involved."), "",

@@ -52,6 +52,7 @@ def calibrated_rounds(plan: Plan, profile: str, rounds: int) -> dict[int, dict[s
     return {r: {"cal_fwd_ms": rc.fwd_compute_ms, "cal_bwd_ms": rc.bwd_compute_ms,
                 "cal_factor": m.extra["calibration_factor_per_rank"][r],
                 "cal_features": m.extra["calibration_neighbours_by"],
+                "cal_labels": m.extra["calibration_labels"],
                 "cal_round_spread": max(m.extra["rounds_compute_ms_per_rank"][r])
                 / min(m.extra["rounds_compute_ms_per_rank"][r]),
                 "cal_reference_slowdown": m.extra["reference_slowdown"]}

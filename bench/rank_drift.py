@@ -39,6 +39,7 @@ from shardplan.argtypes import at_least
 from shardplan.cost.calibration import labelled_pool, nearest, neighbour_factor
 from shardplan.cost.collect import quiet_reference_ms
 from shardplan.cost.estimator import load_estimator
+from shardplan.cost.fitness import StoredRank
 from shardplan.cost.kernel import BracketedTiming, slowdown, time_specs_bracketed
 from shardplan.cost.profiles import Profile, get_profile, load1
 from shardplan.cost.specs import ShardSpec, rank_specs
@@ -95,21 +96,22 @@ def drift_summary(df: pd.DataFrame, shards: dict[int, int]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def neighbour_key(rank: int, index: int) -> str:
-    """How a rank's neighbour (index into the labelled pool) is keyed among the timed sets."""
-    return f"r{rank}/n{index}"
+def neighbour_key(rank: int, index: int, pool: str = "n") -> str:
+    """How a rank's neighbour (index into the labelled pool; ``pool`` "u": into the pool with the labels that
+    failed the quiet gate kept) is keyed among the timed sets."""
+    return f"r{rank}/{pool}{index}"
 
 
-def calibrated_turns(df: pd.DataFrame, neighbours: dict[int, tuple[int, ...]],
-                     labels: dict[int, float]) -> pd.DataFrame:
+def calibrated_turns(df: pd.DataFrame, neighbours: dict[int, tuple[str, ...]],
+                     labels: dict[str, float]) -> pd.DataFrame:
     """Per rank and turn of :func:`time_in_turns`'s readings: the rank's raw ms (median over its id seeds),
-    its neighbours' factor (geometric mean of each one's raw over its label) and the rank on the labels'
-    scale (raw over factor)."""
+    its neighbours' factor (geometric mean of each one's raw over its label; ``neighbours`` and ``labels``
+    by their timed sets' keys) and the rank on the labels' scale (raw over factor)."""
     raw = df.groupby(["rank", "rep"], sort=False)["raw_ms"].median()  # keys mix ranks (int) and neighbours (str)
     out = []
     for r, picked in neighbours.items():
         for rep in sorted(df["rep"].unique()):
-            factor = neighbour_factor([raw[(neighbour_key(r, i), rep)] for i in picked], [labels[i] for i in picked])
+            factor = neighbour_factor([raw[(k, rep)] for k in picked], [labels[k] for k in picked])
             out.append({"rank": r, "rep": rep, "raw_ms": raw[(r, rep)], "factor": factor,
                         "calibrated_ms": raw[(r, rep)] / factor})
     return pd.DataFrame(out)
@@ -140,6 +142,9 @@ def main() -> None:
     ap.add_argument("--pause", type=at_least(0, float), default=5.0, help="seconds between turns")
     ap.add_argument("--neighbours", type=at_least(0), default=0, metavar="K",
                     help="also time each rank's K calibration neighbours every turn (0: none)")
+    ap.add_argument("--ungated-too", action="store_true",
+                    help="with --neighbours, also time the K neighbours chosen with the stored ranks whose labels "
+                         "failed the quiet gate kept in the pool (as before 2026-11-29), in the same turns")
     ap.add_argument("--name", help="results file stem (default the task's name and the ranks)")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args()
@@ -158,22 +163,33 @@ def main() -> None:
     predicted = {r: plan.cost.per_rank[r].compute_ms for r in ranks}  # the plan's own prediction (fwd + bwd)
     load_before = load1()
     sets: dict[int | str, TimedSet] = {r: TimedSet(specs[r], task.optimizer, task.dtype) for r in ranks}
-    neighbours: dict[int, tuple[int, ...]] = {}
-    pool = labelled_pool(profile) if args.neighbours else None
-    if pool is not None:
-        if not pool.ranks:
-            raise InputError("--neighbours", f"profile {profile.name!r} has no quiet-gated stored ranks",
-                             "collect them with `shardplan collect ranks`, or leave --neighbours out")
-        for r in ranks:  # as calibration does: the first timing divided by the reference, not the model
-            first = time_specs_bracketed(specs[r], task.optimizer, task.dtype, profile.device, ID_SEEDS[0],
-                                         profile.warmup, profile.repeats, quiet_ms=quiet)
-            estimate = ((first.timing.fwd_ms + first.timing.bwd_ms)
-                        / slowdown(first.ref_before_ms, first.ref_after_ms, quiet))
-            neighbours[r] = nearest(pool, estimate, specs[r], args.neighbours)
-            for i in neighbours[r]:
+    # per pool ("n": the labelled pool; "u": with the labels that failed the quiet gate kept), each rank's
+    # neighbours as keys of the timed sets, and every neighbour's label by its key
+    neighbours: dict[str, dict[int, tuple[str, ...]]] = {}
+    labels: dict[str, float] = {}
+    pools = {"n": labelled_pool(profile)} if args.neighbours else {}
+    if args.neighbours and args.ungated_too:
+        pools["u"] = labelled_pool(profile, passed_only=False)
+    if pools and not pools["n"].ranks:
+        raise InputError("--neighbours", f"profile {profile.name!r} has no quiet-gated stored ranks",
+                         "collect them with `shardplan collect ranks`, or leave --neighbours out")
+    for r in ranks if pools else ():  # as calibration does: the first timing divided by the reference, not the model
+        first = time_specs_bracketed(specs[r], task.optimizer, task.dtype, profile.device, ID_SEEDS[0],
+                                     profile.warmup, profile.repeats, quiet_ms=quiet)
+        estimate = ((first.timing.fwd_ms + first.timing.bwd_ms)
+                    / slowdown(first.ref_before_ms, first.ref_after_ms, quiet))
+        timed: dict[StoredRank, str] = {}  # a neighbour both pools pick is timed once
+        for tag, pool in pools.items():
+            keys = []
+            for i in nearest(pool, estimate, specs[r], args.neighbours):
                 stored = pool.ranks[i]  # timed with its own ids, as labelled
-                sets[neighbour_key(r, i)] = TimedSet(list(stored.specs), stored.optimizer, stored.dtype,
-                                                     (stored.id_seed,))
+                if stored not in timed:
+                    timed[stored] = neighbour_key(r, i, tag)
+                    sets[timed[stored]] = TimedSet(list(stored.specs), stored.optimizer, stored.dtype,
+                                                   (stored.id_seed,))
+                    labels[timed[stored]] = stored.label_ms
+                keys.append(timed[stored])
+            neighbours.setdefault(tag, {})[r] = tuple(keys)
     df = time_in_turns(sets, profile, quiet, args.reps, args.pause)
     own = df[df["rank"].isin(ranks)].astype({"rank": int})
     own["predicted_ms"] = own["rank"].map(predicted)
@@ -192,18 +208,19 @@ def main() -> None:
             f"{r.p10_ms:.2f}-{r.p90_ms:.2f} | "
             f"{r.turn_min_ms:.2f}-{r.turn_max_ms:.2f} | {r.turn_max_ms / r.turn_min_ms:.2f} | {r.within_15:.0%} |"
             for r in summary.itertuples()), ""]
-    if pool is not None:
-        follow = follow_summary(calibrated_turns(df, neighbours, {i: pool.ranks[i].label_ms for p in neighbours.values()
-                                                                 for i in p}), predicted)
-        md += [f"Against each rank's {args.neighbours} calibration neighbours (labelled stored ranks, timed in the "
-               "same turns with their own ids; factor: their raw over label, geometric mean; slope: of the rank's "
-               "log raw ms on the log factor across turns, 1 when it moves as they do):", "",
+    whose = {"n": "calibration neighbours (labelled stored ranks that passed the quiet gate",
+             "u": "neighbours as chosen before 2026-11-29 (stored ranks whose labels failed the quiet gate kept"}
+    for tag, picked in neighbours.items():
+        follow = follow_summary(calibrated_turns(df, picked, labels), predicted)
+        md += [f"Against each rank's {args.neighbours} {whose[tag]}, timed in the same turns with their own ids; "
+               "factor: their raw over label, geometric mean; slope: of the rank's log raw ms on the log factor "
+               "across turns, 1 when it moves as they do):", "",
                "| rank | predicted ms | median calibrated ms | model error | turns' calibrated min-max | "
-               "factor min-max | slope |",
-               "| --- | --- | --- | --- | --- | --- | --- |",
+               "factor min-max | slope | neighbours |",
+               "| --- | --- | --- | --- | --- | --- | --- | --- |",
                *(f"| {r.rank} | {r.predicted_ms:.2f} | {r.calibrated_ms:.2f} | {r.error:+.1%} | "
-                 f"{r.cal_min_ms:.2f}-{r.cal_max_ms:.2f} | {r.factor_min:.3f}-{r.factor_max:.3f} | {r.slope:.2f} |"
-                 for r in follow.itertuples()), ""]
+                 f"{r.cal_min_ms:.2f}-{r.cal_max_ms:.2f} | {r.factor_min:.3f}-{r.factor_max:.3f} | {r.slope:.2f} | "
+                 f"{', '.join(picked[r.rank])} |" for r in follow.itertuples()), ""]
     md += ["Every reading:", "", df.to_markdown(index=False, floatfmt=".3f")]
     write_report(Path(args.out), args.name or f"rank-drift-{task.name}-r{args.ranks.replace(',', '-')}", md, df)
 

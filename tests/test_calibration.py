@@ -121,6 +121,26 @@ def test_a_profile_without_stored_ranks_is_an_input_error_naming_the_file(monkey
         calibration.calibrated_timing([], "sgd", "fp32", 0, prof)
 
 
+def test_only_labels_that_passed_the_quiet_gate_are_labelled(monkeypatch, tmp_path):
+    """A rank the collector gave up retrying (its references still over the gate, or a burst between them)
+    and one the fitness probe let in are neither neighbours nor probe ranks; a quiet one is."""
+    import json
+
+    from shardplan.cost import fitness, profiles
+
+    monkeypatch.setattr(profiles, "PROFILE_DIR", tmp_path)
+    prof = get_profile("cpu-2c")
+    prof.dir.mkdir()
+    (prof.dir / "reference.json").write_text(json.dumps({"reference_ms": 1.0}))
+    rows = [(1.05, 1.10, 1.2), (2.3, 2.4, 1.2), (1.0, 1.19, 1.2), (1.0, 1.30, 1.2), (1.5, 1.5, 2.0)]
+    pd.DataFrame([{"source": "plan-rank", "task": f"t{i}", "fwd_ms": 3.0, "bwd_ms": 6.0, "ref_before_ms": before,
+                   "ref_after_ms": after, "slow_limit": limit} for i, (before, after, limit) in enumerate(rows)]
+                 ).to_parquet(prof.dir / "compute-ranks.parquet")
+    df = fitness.labelled_ranks(prof)
+    assert list(df.task) == ["t0", "t2"]  # t1: 2.4x quiet; t3: 1.3x; t4: taken under the probe's looser limit
+    assert df.label.tolist() == pytest.approx([9.0 / 1.075, 9.0 / 1.095])
+
+
 def _stored_ranks(n: int) -> tuple[list, np.ndarray, np.ndarray]:
     """The first ``n`` of ``cpu-2c``'s labelled stored ranks: their shards, labels and tasks (for the replays)."""
     pool = calibration.labelled_pool(get_profile("cpu-2c"))

@@ -40,11 +40,10 @@ def test_neighbours_put_a_rank_on_the_labels_scale_and_show_how_it_follows_them(
     # the host slows the stored neighbours by 1.0, 1.2, 1.5 over three turns; the rank moves as
     # their slowdown to the power 1.5 (it is more sensitive than they are)
     slow = {0: 1.0, 1: 1.2, 2: 1.5}
-    labels = {7: 10.0, 9: 30.0}
-    rows = [{"rank": drift.neighbour_key(0, i), "rep": rep, "raw_ms": labels[i] * f} for rep, f in slow.items()
-            for i in labels]
+    labels = {drift.neighbour_key(0, 7): 10.0, drift.neighbour_key(0, 9, "u"): 30.0}
+    rows = [{"rank": key, "rep": rep, "raw_ms": label * f} for rep, f in slow.items() for key, label in labels.items()]
     rows += [{"rank": 0, "rep": rep, "raw_ms": 20.0 * f ** 1.5} for rep, f in slow.items()]
-    turns = drift.calibrated_turns(pd.DataFrame(rows), {0: (7, 9)}, labels)
+    turns = drift.calibrated_turns(pd.DataFrame(rows), {0: tuple(labels)}, labels)
     assert turns["factor"].tolist() == pytest.approx([1.0, 1.2, 1.5])
     assert turns["calibrated_ms"].tolist() == pytest.approx([20.0 * f ** 0.5 for f in slow.values()])
     s = drift.follow_summary(turns, {0: 20.0}).set_index("rank")

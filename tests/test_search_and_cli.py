@@ -580,6 +580,7 @@ def test_cli_evaluate_calibrate_uses_neighbour_calibration(tmp_path, task_dict, 
     assert "neighbour calibration" in plan.measured_cost.extra["compute"]
     assert plan.measured_cost.extra["calibration_factor_per_rank"][used[0]] == pytest.approx(2.0)
     assert plan.measured_cost.extra["calibration_neighbours_by"] == "ms,held,touched_per_ms"  # the choice, recorded
+    assert plan.measured_cost.extra["calibration_labels"] == "passed the quiet gate"  # and the pool, recorded
 
 
 def test_placer_sums_price_data_parallel_replicas_as_the_model_does(plan_dict, estimator):

@@ -8,8 +8,9 @@ memory-latency-bound ranks lose the most, long ones the least
 the reference came out 19-37% (mean) from their labels.
 
 Neighbour calibration asks the cost labels instead. The profile's stored plan
-ranks were timed on the quiet host (``compute-ranks.parquet``, quiet gate);
-for a rank to be measured, the ``k`` stored ranks most like it in quiet-host
+ranks were timed on the quiet host (those of ``compute-ranks.parquet`` that
+passed the quiet gate: :func:`.fitness.labelled_ranks`); for a rank to be
+measured, the ``k`` stored ranks most like it in quiet-host
 time, bytes held and bytes of rows touched a millisecond (:data:`FEATURES`)
 are timed beside it, in turn, and the rank's raw time
 is divided by their raw-over-label ratio (geometric mean). Its quiet-host time is not
@@ -58,7 +59,7 @@ EARLIER_FEATURES = ("ms", "held")  # the default before; results written then do
 
 @dataclass(frozen=True)
 class LabelledPool:
-    """The profile's quiet-gated stored plan ranks with the features neighbours are chosen by."""
+    """The profile's stored plan ranks that passed the quiet gate, with the features neighbours are chosen by."""
 
     ranks: tuple[StoredRank, ...]
     tasks: tuple[str, ...]
@@ -78,8 +79,9 @@ def rank_point(specs: list[ShardSpec], quiet_ms: float) -> np.ndarray:
 
 
 @lru_cache(maxsize=4)
-def labelled_pool(profile: Profile) -> LabelledPool:
-    df = labelled_ranks(profile)
+def labelled_pool(profile: Profile, passed_only: bool = True) -> LabelledPool:
+    """The stored ranks neighbours are chosen from (``passed_only``: :func:`.fitness.labelled_ranks`)."""
+    df = labelled_ranks(profile, passed_only)
     if df.empty:
         return LabelledPool((), (), np.zeros((0, len(POINT_NAMES))), np.ones(len(POINT_NAMES)))
     lo, hi = LABEL_RANGE_MS

@@ -252,6 +252,9 @@ def measure_plan_calibrated(plan: Plan, profile_name: str = DEFAULT_PROFILE, rou
                     "divided by their raw-over-label ratio (neighbour calibration), geometric mean of "
                     f"{rounds} round(s)"),
         "calibration_neighbours_by": ",".join(FEATURES),
+        # which stored labels neighbours came from; unrecorded before 2026-11-29, when those that failed the
+        # quiet gate were in the pool too (fitness.labelled_ranks)
+        "calibration_labels": "passed the quiet gate",
         "calibration_factor_per_rank": [round(gmean([c.factor for c in timings[r]]), 4) if r in timings else None
                                         for r in range(len(specs))],
         "reference_divided_compute_ms_per_rank": [
