@@ -213,3 +213,11 @@ def test_the_instrument_check_keeps_the_label_window_and_times_each_visit_count_
                                      "--out", str(tmp_path)])
     with pytest.raises(InputError, match="--label-ms"):
         nc.main()
+
+
+def test_gate_failures_bands_rows_by_how_slow_the_reference_read(load_script):
+    bench = load_script("bench/gate_failures.py")
+    df = pd.DataFrame({"ref_before_ms": [1.0, 1.30, 1.5, 2.4, 1.0], "ref_after_ms": [1.1, 1.30, 1.6, 2.5, 1.19 * 1.3]})
+    # passed; failed at 1.3x; at 1.6x; at 2.5x; a burst (1.0 then 1.55: unsteady) at 1.55x
+    assert list(bench.gate_band(df, 1.0)) == [bench.BANDS[0], bench.BANDS[1], bench.BANDS[2], bench.BANDS[3],
+                                              bench.BANDS[2]]
