@@ -21,7 +21,7 @@ profile, what that leaves out:
 Measured: the stored labels (real FBGEMM CPU kernel times, as trained);
 predicted: each profile's committed neural model. Nothing is timed.
 
-    .venv/bin/python bench/gate_failures.py --profiles cpu-2c-nested cpu-2c cpu-2c-xeon \\
+    .venv/bin/python bench/gate_failures.py --profiles cpu-2c-nested cpu-2c-nested-rowwise-adagrad cpu-2c cpu-2c-xeon \\
         --suites data/tasks/unseen-a data/tasks/unseen-b data/tasks/unseen-c data/tasks/unseen-d --name s66
 """
 from __future__ import annotations
