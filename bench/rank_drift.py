@@ -173,7 +173,7 @@ def main() -> None:
     if pools and not pools["n"].ranks:
         raise InputError("--neighbours", f"profile {profile.name!r} has no quiet-gated stored ranks",
                          "collect them with `shardplan collect ranks`, or leave --neighbours out")
-    for r in ranks if pools else ():  # as calibration does: the first timing divided by the reference, not the model
+    for r in (ranks if pools else []):  # as calibration does: the first timing divided by the reference, not the model
         first = time_specs_bracketed(specs[r], task.optimizer, task.dtype, profile.device, ID_SEEDS[0],
                                      profile.warmup, profile.repeats, quiet_ms=quiet)
         estimate = ((first.timing.fwd_ms + first.timing.bwd_ms)

@@ -115,8 +115,9 @@ def labelled_ranks(profile: Profile, passed_only: bool = True) -> pd.DataFrame:
     retry is stored with its least disturbed timing, and its label then leans on a divisor the
     reference over-states (module docstring). On ``cpu-2c-nested`` 90 of 1,311 such ranks, all timed in
     one disturbed spell, lie under the model by a median 5% where the reference read up to 1.35x quiet,
-    12% at 1.35-1.7x and 42% beyond; as calibration neighbours they pulled TorchRec's `unseen-d-23`
-    rank 2 and `unseen-d-14` rank 1 a fifth low (docs/cost-model.md, session 66).
+    12% at 1.35-1.7x and 42% beyond; as calibration neighbours they pulled TorchRec's ``unseen-d-23``
+    rank 2 and ``unseen-d-14`` rank 1 8% and 6% low, timed beside both sets in the same turns
+    (docs/cost-model.md, session 66).
     """
     path = profile.dir / "compute-ranks.parquet"
     quiet = reference_ms(profile)
