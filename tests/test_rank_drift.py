@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from shardplan.cost.profiles import get_profile
+from shardplan.errors import InputError
 
 
 def test_a_drifting_rank_is_told_from_a_steady_one(load_script) -> None:
@@ -51,3 +52,23 @@ def test_neighbours_put_a_rank_on_the_labels_scale_and_show_how_it_follows_them(
     assert s.loc[0, "calibrated_ms"] == pytest.approx(20.0 * 1.2 ** 0.5)
     assert s.loc[0, "error"] == pytest.approx(1.2 ** -0.5 - 1)
     assert (s.loc[0, "factor_min"], s.loc[0, "factor_max"]) == pytest.approx((1.0, 1.5))
+
+
+def test_the_gate_shift_reads_both_neighbour_sets_off_a_report(load_script, tmp_path) -> None:
+    shift = load_script("bench/gate_shift.py")
+    report = tmp_path / "rank-drift-x.md"
+    report.write_text("\n".join([
+        "# How far the timing of torchrec's ranks 2,5 of `unseen-d-23` drifts", "",
+        "| rank | shards | predicted ms | median measured ms |", "| --- | --- | --- | --- |",
+        "| 2 | 11 | 8.46 | 5.58 |", "",
+        "Against each rank's 6 calibration neighbours (labelled stored ranks that passed the quiet gate, ...):", "",
+        "| rank | predicted ms | median calibrated ms | model error |", "| --- | --- | --- | --- |",
+        "| 2 | 8.46 | 7.18 | +17.8% |", "| 5 | 9.00 | 9.50 | -5.3% |", "",
+        "Against each rank's 6 neighbours as chosen before 2026-11-29 (...):", "",
+        "| rank | predicted ms | median calibrated ms | model error |", "| --- | --- | --- | --- |",
+        "| 2 | 8.46 | 6.62 | +27.7% |", "| 5 | 9.00 | 9.50 | -5.3% |", "",
+        "Every reading:", "", "| 2 | 1.0 | 2.0 |"]))
+    assert shift.drift_shifts(report) == {("unseen-d-23", 2): (7.18, 6.62), ("unseen-d-23", 5): (9.5, 9.5)}
+    report.write_text("# How far the timing of torchrec's ranks 2 of `unseen-d-23` drifts\n")  # no --ungated-too
+    with pytest.raises(InputError, match="--ungated-too"):
+        shift.drift_shifts(report)

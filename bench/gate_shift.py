@@ -1,0 +1,110 @@
+"""What the quiet gate's fix would move on the unseen bar: each rank's shift, timed beside both neighbour sets.
+
+The unseen bar's runs (``plan_accuracy.py --calibrate`` before 2026-11-29) calibrated against a pool
+that still held labels that failed the quiet gate (``bench/gate_failures.py``). ``bench/rank_drift.py
+--neighbours 6 --ungated-too`` times a rank beside the neighbours the gated pool gives and those the old
+pool gives, in the same turns; their ratio (gated over old calibrated ms) is the shift the fix puts on
+that rank whatever the host's state. This script reads those reports, moves each measured rank's
+pooled consensus (old pool) by its shift, and counts the ranks the committed model then prices within
+15%, beside the count as the runs stand. Ranks whose old neighbours held a failed label but that were
+not timed so are listed with their error as it stands.
+
+It is an estimate, not the bar: the bar needs the runs taken again with the gated pool on a fit host.
+Measured: the rank-drift reports' real FBGEMM CPU kernel times and the runs' pooled consensus;
+predicted: the committed neural model.
+
+    .venv/bin/python bench/gate_shift.py --profile cpu-2c-nested \\
+        --drift bench/results/rank-drift-gate-*-s66.md --name s66
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from shardplan.cost.calibration import labelled_pool, nearest
+from shardplan.cost.estimator import load_estimator
+from shardplan.cost.profiles import get_profile, load1
+from shardplan.errors import InputError, exit_status
+from plan_accuracy_runs import predicted_ms  # siblings: bench/ is on sys.path when run
+from pooled import TOLERANCE
+from provenance import provenance, write_report
+from unseen_score import SUITES, suite_consensus
+
+_TASK = re.compile(r"^# How far the timing of \S+ ranks [\d,]+ of `([^`]+)` drifts")
+_ROW = re.compile(r"^\| (\d+) \| [\d.]+ \| ([\d.]+) \|")
+SECTIONS = {"gated": "Against each rank's {k} calibration neighbours",
+            "old": "Against each rank's {k} neighbours as chosen before"}
+
+
+def drift_shifts(path: Path, k: int = 6) -> dict[tuple[str, int], tuple[float, float]]:
+    """(task, rank) -> (gated, old) median calibrated ms, read off one ``rank_drift.py --ungated-too`` report."""
+    lines = path.read_text().splitlines()
+    task = next((m.group(1) for m in map(_TASK.match, lines) if m), None)
+    found: dict[str, dict[int, float]] = {}
+    section = None
+    for line in lines:
+        section = next((s for s, head in SECTIONS.items() if line.startswith(head.format(k=k))), section)
+        if line.startswith("Every reading"):
+            break
+        m = _ROW.match(line)
+        if section and m:
+            found.setdefault(section, {})[int(m.group(1))] = float(m.group(2))
+    if task is None or set(found) != set(SECTIONS):
+        raise InputError("--drift", f"{path} is not a rank_drift.py report with --neighbours {k} --ungated-too",
+                         "give the .md files that runs with --ungated-too wrote")
+    return {(task, r): (found["gated"][r], found["old"][r]) for r in found["gated"]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profile", required=True)
+    ap.add_argument("--drift", type=Path, nargs="+", required=True, help="rank_drift.py --ungated-too reports")
+    ap.add_argument("--suites", type=Path, nargs="+", default=[Path(s) for s in SUITES])
+    ap.add_argument("--name", help="results file stem suffix")
+    ap.add_argument("--out", default="bench/results")
+    args = ap.parse_args()
+    load_before = load1()
+    shifts = {key: v for p in args.drift for key, v in drift_shifts(p).items()}
+    profile = get_profile(args.profile)
+    est = load_estimator(args.profile)
+    before, passed = labelled_pool(profile, passed_only=False), set(labelled_pool(profile).ranks)
+    rows = []
+    for suite in args.suites:
+        ranks, cons, _ = suite_consensus(suite, args.profile, "torchrec",
+                                         "plan-accuracy-{profile}-{suite}-calibrated-*.csv", est)
+        pred = predicted_ms(est, ranks)
+        for key, specs in ranks.items():
+            cal = float(cons.calibrated_ms[key])
+            failed = sum(before.ranks[i] not in passed for i in nearest(before, cal, specs))
+            gated, old = shifts.get(key, (float("nan"), float("nan")))
+            moved = cal * gated / old if key in shifts else cal
+            rows.append({"task": key[0], "rank": key[1], "predicted_ms": pred[key], "consensus_ms": cal,
+                         "failed_neighbours": failed, "gated_ms": gated, "old_ms": old, "shift": gated / old,
+                         "moved_ms": moved, "error_now": pred[key] / cal - 1, "error_moved": pred[key] / moved - 1})
+    df = pd.DataFrame(rows)
+    within = lambda col: int((df[col].abs() <= TOLERANCE).sum())  # noqa: E731
+    timed = df[df.gated_ms.notna()]
+    untimed = df[df.gated_ms.isna() & (df.failed_neighbours > 0)]
+    pct = lambda s: s.map(lambda x: f"{100 * x:+.1f}%")  # noqa: E731
+    show = timed.assign(shift=timed["shift"].round(3), error_now=pct(timed.error_now),
+                        error_moved=pct(timed.error_moved)).round(2)
+    md = [f"# The quiet gate's fix on the unseen bar, estimated: `{args.profile}`", "",
+          *provenance(load_before, f". {len(args.drift)} rank-drift reports (`--ungated-too`: each rank timed "
+                      "beside both neighbour sets in the same turns; real FBGEMM CPU kernel times), applied to the "
+                      "bar's pooled calibrated consensus (the committed runs, old pool). Predicted: the committed "
+                      f"neural `{args.profile}` model."), "",
+          f"Within {TOLERANCE:.0%}: **{within('error_now')} of {len(df)}** on the runs as they stand, "
+          f"**{within('error_moved')} of {len(df)}** with the {len(timed)} timed ranks moved by their shift. "
+          f"{len(untimed)} more ranks had a failed label among their old neighbours and were not timed "
+          f"(error as it stands: {untimed.error_now.abs().max() * 100 if len(untimed) else 0:.1f}% at most).", "",
+          show[["task", "rank", "predicted_ms", "consensus_ms", "failed_neighbours", "gated_ms", "old_ms", "shift",
+                "moved_ms", "error_now", "error_moved"]].to_markdown(index=False), ""]
+    write_report(Path(args.out), f"gate-shift-{args.profile}" + (f"-{args.name}" if args.name else ""), md, df)
+
+
+if __name__ == "__main__":
+    sys.exit(exit_status(main))
