@@ -16,7 +16,11 @@ profile, what that leaves out:
   (a label that over-divides lies under the model);
 - with ``--suites``, which of TorchRec's ranks of those suites had such a label
   among the neighbours calibration picks for them at their pooled calibrated
-  consensus (the committed ``--calibrate`` runs), before the gate.
+  consensus (the committed ``--calibrate`` runs), before the gate;
+- with ``--write-passed DIR``, the first profile's data folder without those rows
+  (``compute.parquet`` and ``compute-ranks.parquet`` filtered, every other file
+  linked), for a candidate trained on passed labels only (session 66's
+  ``candidates/passed-only``).
 
 Measured: the stored labels (real FBGEMM CPU kernel times, as trained);
 predicted: each profile's committed neural model. Nothing is timed.
@@ -84,6 +88,28 @@ def band_table(profile_name: str) -> list[dict[str, object]]:
     return out
 
 
+def write_passed(profile_name: str, out: Path) -> list[str]:
+    """``out``: the profile's data folder with the random sets and plan ranks taken under the quiet gate that
+    failed it left out, every other file linked; one line per filtered file."""
+    profile = get_profile(profile_name)
+    quiet = reference_ms(profile)
+    out.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for f in sorted(profile.dir.iterdir()):
+        if f.name.startswith("compute-model"):
+            continue  # the candidate's own model and report go elsewhere
+        if f.name not in ("compute.parquet", "compute-ranks.parquet"):
+            (out / f.name).unlink(missing_ok=True)
+            (out / f.name).symlink_to(f.resolve())
+            continue
+        df = pd.read_parquet(f)
+        under = df.slow_limit.isna() | (df.slow_limit <= QUIET_TOLERANCE) if "slow_limit" in df else True
+        failed = (gate_band(df, quiet) != BANDS[0]) & under
+        df[~failed].to_parquet(out / f.name)
+        lines.append(f"`{f.name}`: {len(df)} rows, {int(failed.sum())} left out")
+    return lines
+
+
 def neighbour_table(profile_name: str, suites: list[Path]) -> pd.DataFrame:
     """TorchRec's ranks of ``suites`` whose neighbours, picked from the pool before the gate at the rank's pooled
     calibrated consensus, include labels that failed it; with the model's error on that consensus."""
@@ -113,6 +139,8 @@ def main() -> None:
     ap.add_argument("--profiles", nargs="+", default=["cpu-2c-nested"])
     ap.add_argument("--suites", type=Path, nargs="*", default=[],
                     help="also list the ranks of these suites whose neighbours had such labels (first profile)")
+    ap.add_argument("--write-passed", type=Path, metavar="DIR",
+                    help="also write the first profile's data folder without the rows that failed the gate to DIR")
     ap.add_argument("--name", help="results file stem suffix")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args()
@@ -133,6 +161,9 @@ def main() -> None:
                "neighbours, picked at their pooled calibrated consensus from the pool as it was before the gate, "
                f"include such labels ({len(near)} ranks):", "",
                near.to_markdown(index=False) if len(near) else "(none)", ""]
+    if args.write_passed:
+        md += [f"Written to `{args.write_passed}`: the data of `{args.profiles[0]}` without them:", "",
+               *(f"- {line}" for line in write_passed(args.profiles[0], args.write_passed)), ""]
     write_report(Path(args.out), "gate-failures" + (f"-{args.name}" if args.name else ""), md, table)
 
 

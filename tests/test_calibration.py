@@ -121,21 +121,30 @@ def test_a_profile_without_stored_ranks_is_an_input_error_naming_the_file(monkey
         calibration.calibrated_timing([], "sgd", "fp32", 0, prof)
 
 
-def test_only_labels_that_passed_the_quiet_gate_are_labelled(monkeypatch, tmp_path):
-    """A rank the collector gave up retrying (its references still over the gate, or a burst between them)
-    and one the fitness probe let in are neither neighbours nor probe ranks; a quiet one is."""
+def _gated_profile(monkeypatch, tmp_path):
+    """``cpu-2c`` moved to ``tmp_path`` with a quiet reference of 1 ms and five stored plan ranks: t0 and t2
+    passed the quiet gate; t1 (2.4x quiet) and t3 (1.3x) failed it; t4 was taken under the probe's looser limit."""
     import json
 
-    from shardplan.cost import fitness, profiles
+    from shardplan.cost import profiles
 
     monkeypatch.setattr(profiles, "PROFILE_DIR", tmp_path)
     prof = get_profile("cpu-2c")
-    prof.dir.mkdir()
+    prof.dir.mkdir(parents=True)
     (prof.dir / "reference.json").write_text(json.dumps({"reference_ms": 1.0}))
     rows = [(1.05, 1.10, 1.2), (2.3, 2.4, 1.2), (1.0, 1.19, 1.2), (1.0, 1.30, 1.2), (1.5, 1.5, 2.0)]
     pd.DataFrame([{"source": "plan-rank", "task": f"t{i}", "fwd_ms": 3.0, "bwd_ms": 6.0, "ref_before_ms": before,
                    "ref_after_ms": after, "slow_limit": limit} for i, (before, after, limit) in enumerate(rows)]
                  ).to_parquet(prof.dir / "compute-ranks.parquet")
+    return prof
+
+
+def test_only_labels_that_passed_the_quiet_gate_are_labelled(monkeypatch, tmp_path):
+    """A rank the collector gave up retrying (its references still over the gate, or a burst between them)
+    and one the fitness probe let in are neither neighbours nor probe ranks; a quiet one is."""
+    from shardplan.cost import fitness
+
+    prof = _gated_profile(monkeypatch, tmp_path / "profiles")
     df = fitness.labelled_ranks(prof)
     assert list(df.task) == ["t0", "t2"]  # t1: 2.4x quiet; t3: 1.3x; t4: taken under the probe's looser limit
     assert df.label.tolist() == pytest.approx([9.0 / 1.075, 9.0 / 1.095])
@@ -213,6 +222,17 @@ def test_the_instrument_check_keeps_the_label_window_and_times_each_visit_count_
                                      "--out", str(tmp_path)])
     with pytest.raises(InputError, match="--label-ms"):
         nc.main()
+
+
+def test_a_data_folder_without_the_failed_labels_keeps_the_rest(load_script, monkeypatch, tmp_path):
+    bench = load_script("bench/gate_failures.py")
+    prof = _gated_profile(monkeypatch, tmp_path / "profiles")
+    (prof.dir / "comm.parquet").write_text("x")
+    lines = bench.write_passed("cpu-2c", tmp_path / "passed")
+    kept = pd.read_parquet(tmp_path / "passed" / "compute-ranks.parquet")
+    assert list(kept.task) == ["t0", "t2", "t4"]  # t4 is no collector's row: the probe's own rule kept it
+    assert (tmp_path / "passed" / "comm.parquet").is_symlink()
+    assert lines == ["`compute-ranks.parquet`: 5 rows, 2 left out"]
 
 
 def test_gate_failures_bands_rows_by_how_slow_the_reference_read(load_script):
