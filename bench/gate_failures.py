@@ -37,13 +37,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from shardplan.cost.calibration import labelled_pool, nearest
+from shardplan.cost.calibration import NEIGHBOURS, labelled_pool, nearest
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.fitness import labelled_ranks
 from shardplan.cost.kernel import QUIET_TOLERANCE, disturbed
 from shardplan.cost.labels import label_slowdowns
-from shardplan.cost.profiles import get_profile, load1, reference_ms
-from shardplan.cost.specs import specs_from_json
+from shardplan.cost.profiles import Profile, get_profile, load1, reference_ms
+from shardplan.cost.specs import ShardSpec, specs_from_json
 from shardplan.errors import InputError, exit_status
 from provenance import provenance, write_report  # siblings: bench/ is on sys.path when run
 from unseen_score import suite_consensus
@@ -110,26 +110,36 @@ def write_passed(profile_name: str, out: Path) -> list[str]:
     return lines
 
 
+class OldNeighbours:
+    """The calibration pool as it was before the gate (labels that failed it kept), and which of a rank's
+    neighbours picked from it failed."""
+
+    def __init__(self, profile: Profile) -> None:
+        self.pool = labelled_pool(profile, passed_only=False)
+        self.passed = set(labelled_pool(profile).ranks)  # a stored rank is its shards, ids and label
+
+    def failed(self, quiet_ms: float, specs: list[ShardSpec]) -> list[int]:
+        """Indices into :attr:`pool` of the neighbours of ``specs`` (at that quiet-host time) that failed the gate."""
+        return [i for i in nearest(self.pool, quiet_ms, specs) if self.pool.ranks[i] not in self.passed]
+
+
 def neighbour_table(profile_name: str, suites: list[Path]) -> pd.DataFrame:
     """TorchRec's ranks of ``suites`` whose neighbours, picked from the pool before the gate at the rank's pooled
     calibrated consensus, include labels that failed it; with the model's error on that consensus."""
-    profile = get_profile(profile_name)
     est = load_estimator(profile_name)
-    before = labelled_pool(profile, passed_only=False)
-    passed = set(labelled_pool(profile).ranks)  # a stored rank is its shards, ids and label
+    old = OldNeighbours(get_profile(profile_name))
     rows = []
     for suite in suites:
         ranks, cons, runs = suite_consensus(suite, profile_name, "torchrec",
                                             "plan-accuracy-{profile}-{suite}-calibrated-*.csv", est)
         for key, specs in ranks.items():
             cal = float(cons.calibrated_ms[key])
-            picked = nearest(before, cal, specs)
-            failed = [before.tasks[i] for i in picked if before.ranks[i] not in passed]
+            failed = [old.pool.tasks[i] for i in old.failed(cal, specs)]
             if failed:
                 (f, b), = est.rank_compute([specs])
                 rows.append({"task": key[0], "rank": key[1], "runs": runs, "calibrated_ms": round(cal, 2),
                              "predicted_ms": round(f + b, 2), "error": f"{100 * ((f + b) / cal - 1):+.1f}%",
-                             "neighbours that failed the gate": f"{len(failed)} of {len(picked)}",
+                             "neighbours that failed the gate": f"{len(failed)} of {NEIGHBOURS}",
                              "their tasks": ", ".join(failed)})
     return pd.DataFrame(rows)
 

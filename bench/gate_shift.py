@@ -7,7 +7,8 @@ pool gives, in the same turns; their ratio (gated over old calibrated ms) is the
 that rank whatever the host's state. This script reads those reports, moves each measured rank's
 pooled consensus (old pool) by its shift, and counts the ranks the committed model then prices within
 15%, beside the count as the runs stand. Ranks whose old neighbours held a failed label but that were
-not timed so are listed with their error as it stands.
+not timed so are listed with their error as it stands. A second estimate times nothing: each such rank's
+consensus moved by its failed old neighbours' bias alone, each read as the model's ratio over its label.
 
 It is an estimate, not the bar: the bar needs the runs taken again with the gated pool on a fit host.
 Measured: the rank-drift reports' real FBGEMM CPU kernel times and the runs' pooled consensus;
@@ -26,12 +27,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from shardplan.cost.calibration import NEIGHBOURS, labelled_pool, nearest
+from shardplan.cost.calibration import NEIGHBOURS
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.fitness import StoredRank
 from shardplan.cost.profiles import get_profile, load1
 from shardplan.errors import InputError, exit_status
-from plan_accuracy_runs import predicted_ms  # siblings: bench/ is on sys.path when run
+from gate_failures import OldNeighbours  # siblings: bench/ is on sys.path when run
+from plan_accuracy_runs import predicted_ms
 from pooled import TOLERANCE
 from provenance import provenance, write_report
 from unseen_score import SUITES, suite_consensus
@@ -73,7 +75,7 @@ def main() -> None:
     shifts = {key: v for p in args.drift for key, v in drift_shifts(p).items()}
     profile = get_profile(args.profile)
     est = load_estimator(args.profile)
-    before, passed = labelled_pool(profile, passed_only=False), set(labelled_pool(profile).ranks)
+    old_pool = OldNeighbours(profile)
 
     def model_ms(r: StoredRank) -> float:
         (f, b), = est.rank_compute([list(r.specs)])
@@ -86,7 +88,7 @@ def main() -> None:
         pred = predicted_ms(est, ranks)
         for key, specs in ranks.items():
             cal = float(cons.calibrated_ms[key])
-            failed = [before.ranks[i] for i in nearest(before, cal, specs) if before.ranks[i] not in passed]
+            failed = [old_pool.pool.ranks[i] for i in old_pool.failed(cal, specs)]
             gated, old = shifts.get(key, (float("nan"), float("nan")))
             moved = cal * gated / old if key in shifts else cal
             # the shift if a failed label's only fault were its own bias, read as the model's ratio over it (the
