@@ -13,7 +13,7 @@
 #
 # CANDIDATES (default: the banded candidates of session 40 and the committed model's nearest rivals):
 # folders under data/profiles/PROFILE/candidates/ to score on the same runs, and then, with the committed
-# model, on every committed run of every unseen suite pooled (bench/unseen_score.py: the bar's count).
+# model, on every committed gated run of the suite pooled (bench/unseen_score.py; runs named `-gated-calibrated-`).
 #
 # MISSES: plan ranks "TASK_FILE:RANK,RANK" then timed again in turns beside their calibration neighbours
 # (bench/rank_drift.py --neighbours 6): on cpu-2c-xeon by default the committed model's four unseen-c misses
@@ -28,7 +28,9 @@ stamp=$(date -u +%Y%m%dT%H%M)
 .venv/bin/shardplan profiles --probe | tail -2
 files=()
 for i in $(seq 1 "$runs"); do
-  run="plan-accuracy-$profile-$name-calibrated-$stamp-$i"
+  # "gated": calibrated against labels that passed the quiet gate only (since session 66); the bar's runs
+  # before it pooled a neighbour set that could hold failed ones, so the two are pooled apart
+  run="plan-accuracy-$profile-$name-gated-calibrated-$stamp-$i"
   # one core for the timing, the allocator kept from returning memory mid-timing (the labels' protocol)
   MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 taskset -c 1 \
     .venv/bin/python bench/plan_accuracy.py --suite "$suite" --profile "$profile" --rounds 2 --visits 4 \
@@ -47,9 +49,11 @@ for c in ${CANDIDATES:-$default_candidates}; do
   .venv/bin/python bench/plan_accuracy_runs.py --suite "$suite" --profile "$profile" --measured cal_ms \
     --runs "${files[@]}" --model "$model" --name "plan-accuracy-runs-$profile-$name-cal_ms-${runs}runs-$stamp-$c"
 done
-# Every committed run of every unseen suite, this one's new runs among them, pooled per instrument: the
-# committed model and the candidates above side by side (bench/unseen_score.py, the bar's one count).
-.venv/bin/python bench/unseen_score.py --profile "$profile" --name "$profile-$stamp" --models "${models[@]}"
+# Every committed gated run of this suite, the new ones among them, pooled per instrument: the committed model
+# and the candidates above side by side (bench/unseen_score.py; without --suites, once every suite has gated
+# runs, the bar's one count).
+.venv/bin/python bench/unseen_score.py --profile "$profile" --name "$profile-$name-$stamp" --models "${models[@]}" \
+  --suites "$suite" --runs-glob 'plan-accuracy-{profile}-{suite}-gated-calibrated-*.csv'
 xeon_misses="data/tasks/unseen-c/unseen-c-04.json:1,2 data/tasks/unseen-c/unseen-c-05.json:3
   data/tasks/unseen-c/unseen-c-06.json:0 data/tasks/unseen-a/unseen-a-07.json:2"
 [ "$profile" = cpu-2c-xeon ] && default_misses=$xeon_misses || default_misses=""
