@@ -39,13 +39,14 @@ import pandas as pd
 
 from shardplan.cost.calibration import NEIGHBOURS, labelled_pool, nearest
 from shardplan.cost.estimator import load_estimator
-from shardplan.cost.fitness import labelled_ranks
-from shardplan.cost.kernel import QUIET_TOLERANCE, disturbed
+from shardplan.cost.fitness import passed_quiet_gate, taken_under_quiet_gate
+from shardplan.cost.kernel import QUIET_TOLERANCE
 from shardplan.cost.labels import label_slowdowns
 from shardplan.cost.profiles import Profile, get_profile, load1, reference_ms
 from shardplan.cost.specs import ShardSpec, specs_from_json
 from shardplan.errors import InputError, exit_status
-from provenance import provenance, write_report  # siblings: bench/ is on sys.path when run
+from plan_accuracy_runs import predicted_ms  # siblings: bench/ is on sys.path when run
+from provenance import provenance, write_report
 from unseen_score import suite_consensus
 
 BANDS = ("passed", "failed, reference up to 1.35x quiet", "failed, 1.35-1.7x", "failed, over 1.7x")
@@ -54,7 +55,7 @@ BANDS = ("passed", "failed, reference up to 1.35x quiet", "failed, 1.35-1.7x", "
 def gate_band(df: pd.DataFrame, quiet: float) -> np.ndarray:
     """Each row's band of :data:`BANDS`: passed the gate, or failed it with the reference read this slow
     (the slower of its two readings; a row that failed only by a burst between them reads low)."""
-    failed = np.array([disturbed(b, a, quiet) for b, a in zip(df.ref_before_ms, df.ref_after_ms)], dtype=bool)
+    failed = ~passed_quiet_gate(df, quiet)
     slow = np.maximum(df.ref_before_ms, df.ref_after_ms).to_numpy() / quiet
     return np.where(~failed, BANDS[0], np.where(slow <= 1.35, BANDS[1], np.where(slow <= 1.7, BANDS[2], BANDS[3])))
 
@@ -72,8 +73,7 @@ def band_table(profile_name: str) -> list[dict[str, object]]:
         df = pd.read_parquet(path)
         df["label"] = (df.fwd_ms + df.bwd_ms) / label_slowdowns(df, quiet, profile.slowdown_window_s)
         df = df[df.source == source] if source else df
-        if "slow_limit" in df:  # taken under the quiet gate (not under the fitness probe's looser limit)
-            df = df[df.slow_limit.isna() | (df.slow_limit <= QUIET_TOLERANCE)]
+        df = df[taken_under_quiet_gate(df)]
         df = df.assign(band=gate_band(df, quiet))
         pred = np.array([f + b for f, b in est.rank_compute([specs_from_json(s) for s in df.shards])])
         df["err"] = pred / df.label.to_numpy() - 1
@@ -103,8 +103,7 @@ def write_passed(profile_name: str, out: Path) -> list[str]:
             (out / f.name).symlink_to(f.resolve())
             continue
         df = pd.read_parquet(f)
-        under = df.slow_limit.isna() | (df.slow_limit <= QUIET_TOLERANCE) if "slow_limit" in df else True
-        failed = (gate_band(df, quiet) != BANDS[0]) & under
+        failed = ~passed_quiet_gate(df, quiet) & taken_under_quiet_gate(df)
         df[~failed].to_parquet(out / f.name)
         lines.append(f"`{f.name}`: {len(df)} rows, {int(failed.sum())} left out")
     return lines
@@ -132,13 +131,13 @@ def neighbour_table(profile_name: str, suites: list[Path]) -> pd.DataFrame:
     for suite in suites:
         ranks, cons, runs = suite_consensus(suite, profile_name, "torchrec",
                                             "plan-accuracy-{profile}-{suite}-calibrated-*.csv", est)
+        pred = predicted_ms(est, ranks)
         for key, specs in ranks.items():
             cal = float(cons.calibrated_ms[key])
             failed = [old.pool.tasks[i] for i in old.failed(cal, specs)]
             if failed:
-                (f, b), = est.rank_compute([specs])
                 rows.append({"task": key[0], "rank": key[1], "runs": runs, "calibrated_ms": round(cal, 2),
-                             "predicted_ms": round(f + b, 2), "error": f"{100 * ((f + b) / cal - 1):+.1f}%",
+                             "predicted_ms": round(pred[key], 2), "error": f"{100 * (pred[key] / cal - 1):+.1f}%",
                              "neighbours that failed the gate": f"{len(failed)} of {NEIGHBOURS}",
                              "their tasks": ", ".join(failed)})
     return pd.DataFrame(rows)

@@ -126,12 +126,23 @@ def labelled_ranks(profile: Profile, passed_only: bool = True) -> pd.DataFrame:
     df = pd.read_parquet(path)
     df["label"] = (df.fwd_ms + df.bwd_ms) / label_slowdowns(df, quiet, profile.slowdown_window_s)  # as trained
     df = df[df.source == "plan-rank"].copy()
-    if "slow_limit" in df:  # only labels taken under the quiet gate (not those the probe itself let in)
-        df = df[df.slow_limit.isna() | (df.slow_limit <= QUIET_TOLERANCE)]
-    if not passed_only:
-        return df
-    passed = [not disturbed(before, after, quiet) for before, after in zip(df.ref_before_ms, df.ref_after_ms)]
-    return df[np.array(passed, dtype=bool)]
+    df = df[taken_under_quiet_gate(df)]
+    return df[passed_quiet_gate(df, quiet)] if passed_only else df
+
+
+def taken_under_quiet_gate(df: pd.DataFrame) -> np.ndarray:
+    """Which stored rows the collector timed under the quiet gate (``slow_limit`` at most
+    ``QUIET_TOLERANCE``, or unrecorded), not under the fitness probe's looser limit."""
+    if "slow_limit" not in df:
+        return np.ones(len(df), dtype=bool)
+    return (df.slow_limit.isna() | (df.slow_limit <= QUIET_TOLERANCE)).to_numpy()
+
+
+def passed_quiet_gate(df: pd.DataFrame, quiet_ms: float) -> np.ndarray:
+    """Which stored rows' reference readings, before and after, pass the quiet gate over ``quiet_ms``
+    (:func:`.kernel.disturbed` is false): a row that did not was kept after the collector's last retry."""
+    readings = zip(df.ref_before_ms, df.ref_after_ms)
+    return np.array([not disturbed(before, after, quiet_ms) for before, after in readings], dtype=bool)
 
 
 def as_stored_ranks(pick: pd.DataFrame) -> tuple[StoredRank, ...]:
