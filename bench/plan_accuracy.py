@@ -10,6 +10,12 @@ it and expressed on the labels' host (:mod:`shardplan.cost.calibration`): on a
 busy host that slows ranks unlike the reference workload, the figure the
 model should be held to. Both are reported.
 
+A run is resumable: every finished task's rows go to
+``<name>.partial.json`` at once, and the same command run again (same
+``--name``) measures only the tasks not in it; the partial file goes when the
+results are written. So a ``--wait-fit`` that runs out on a host that is only
+fit now and then loses nothing but the wait.
+
     .venv/bin/python bench/plan_accuracy.py --suite data/tasks/unseen-a
 """
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import hashlib
+import json
 import sys
 from pathlib import Path
 
@@ -33,7 +40,7 @@ from shardplan.errors import InputError, exit_status
 from shardplan.execute.bench import machine_state_line, probes_by_task
 from shardplan.cost.fitness import wait_until_fit
 from shardplan.execute.measure import measure_plan, measure_plan_calibrated
-from shardplan.formats import load_task, write_text_atomic
+from shardplan.formats import load_task, write_json_atomic, write_text_atomic
 from shardplan.search import get_searcher
 from pooled import TOLERANCE  # siblings: bench/ is on sys.path when run
 from provenance import provenance
@@ -43,6 +50,37 @@ def rank_signature(specs: list[ShardSpec]) -> str:
     """A short fingerprint of a rank's shards (order-free), so that later runs can tell whether they
     measured the same plan (``bench/plan_accuracy_runs.py`` pools runs of the same plans)."""
     return hashlib.sha1(specs_to_json(list(canonical(specs))).encode()).hexdigest()[:12]
+
+
+RESUME_KEYS = ("suite", "profile", "searcher", "rounds", "visits", "optimizer", "calibrate")  # what a run measured
+
+
+def resumed_rows(partial: Path, args: argparse.Namespace) -> list[dict]:
+    """The rows of the tasks an earlier run of the same command finished (none without ``partial``).
+    Raises :class:`InputError` where that run measured otherwise (another suite, profile or protocol)."""
+    if not partial.exists():
+        return []
+    try:
+        saved = json.loads(partial.read_text())
+        rows, options = saved["rows"], saved["options"]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise InputError(str(partial), f"not a partial run this script wrote ({e})",
+                         "delete it to measure the suite from the start") from e
+    ours = {k: getattr(args, k) for k in RESUME_KEYS}
+    if options != ours:
+        differ = sorted(k for k in RESUME_KEYS if options.get(k) != ours[k])
+        raise InputError("--name", f"{partial} holds a run measured with other {', '.join(differ)} "
+                         f"({', '.join(f'{k}={options.get(k)!r}' for k in differ)})",
+                         "give another --name, or the same options to resume it")
+    return rows
+
+
+def resumed_note(done: set[str], tasks: int) -> list[str]:
+    """The results file's word that some tasks were measured by an earlier start (none when all were not)."""
+    if not done:
+        return []
+    return [f"Resumed: {len(done)} of the {tasks} tasks were measured by an earlier start of the same command "
+            "(the date and load above are this start's; each task's probe is its own)."]
 
 
 def calibrated_rounds(plan: Plan, profile: str, rounds: int) -> dict[int, dict[str, float]]:
@@ -78,10 +116,18 @@ def main() -> None:
     args = ap.parse_args()
     est = load_estimator(args.profile)
     searcher = get_searcher(args.searcher)
-    rows = []
+    out = Path(args.out)
+    stem = args.name or f"plan-accuracy-{args.profile}-{Path(args.suite).name}"
+    partial = out / f"{stem}.partial.json"
+    rows = resumed_rows(partial, args)
+    done = {r["task"] for r in rows}
+    if done:
+        print(f"resuming {stem}: {len(done)} task(s) already measured ({partial})")
     load_before = load1()
     for path in tqdm(sorted(Path(args.suite).glob("*.json")), desc="tasks"):
         task = load_task(path)
+        if task.name in done:
+            continue
         if args.optimizer:
             task = dataclasses.replace(task, optimizer=args.optimizer)
         try:
@@ -102,6 +148,7 @@ def main() -> None:
                          "meas_fwd_ms": m.fwd_compute_ms, "meas_bwd_ms": m.bwd_compute_ms,
                          "reference_slowdown": measured.extra["slowdown"],
                          **(fitness.columns() if fitness else {})})
+        write_json_atomic(partial, {"options": {k: getattr(args, k) for k in RESUME_KEYS}, "rows": rows})
     df = pd.DataFrame(rows)
     df["pred_ms"] = df.pred_fwd_ms + df.pred_bwd_ms
     df["meas_ms"] = df.meas_fwd_ms + df.meas_bwd_ms
@@ -109,9 +156,7 @@ def main() -> None:
     if args.calibrate:
         df["cal_ms"] = df.cal_fwd_ms + df.cal_bwd_ms
         df["cal_rel_err"] = (df.pred_ms - df.cal_ms) / df.cal_ms
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = args.name or f"plan-accuracy-{args.profile}-{Path(args.suite).name}"
     df.to_csv(out / f"{stem}.csv", index=False)
     worst = lambda x: x.iloc[np.argmax(np.abs(x))]  # noqa: E731
     errs = ["rel_err"] + (["cal_rel_err"] if args.calibrate else [])
@@ -135,7 +180,7 @@ def main() -> None:
                     f"reference {df.cal_reference_slowdown.median():.2f}x quiet; a rank's rounds differ by a median "
                     f"{(df.cal_round_spread.median() - 1) * 100:.1f}%): {scores(df.cal_rel_err)}.")
     md = [f"# Predicted vs measured rank compute on {args.searcher} plans of `{args.suite}`", "",
-          *provenance(load_before), "",
+          *provenance(load_before), *resumed_note(done, df.task.nunique()), "",
           machine_state_line(df.groupby("task").reference_slowdown.first().dropna().tolist(), probes_by_task(df)), "",
           summary, "",
           "| task | ranks | max shards/rank | MAPE | worst rank error |"
@@ -145,6 +190,7 @@ def main() -> None:
            + " | ".join(f"{r[f'mape_{e}'] * 100:.1f}% | {r[f'worst_{e}'] * 100:+.1f}%" for e in errs) + " |"
            for t, r in per_task.iterrows()]
     write_text_atomic(out / f"{stem}.md", "\n".join(md) + "\n")
+    partial.unlink(missing_ok=True)
     print("\n".join(md))
 
 
