@@ -14,7 +14,8 @@ A run is resumable: every finished task's rows go to
 ``<name>.partial.json`` at once, and the same command run again (same
 ``--name``) measures only the tasks not in it; the partial file goes when the
 results are written. So a ``--wait-fit`` that runs out on a host that is only
-fit now and then loses nothing but the wait.
+fit now and then loses nothing but the wait. ``--only-measured`` writes the
+results of the tasks measured so far and measures no more.
 
     .venv/bin/python bench/plan_accuracy.py --suite data/tasks/unseen-a
 """
@@ -75,8 +76,12 @@ def resumed_rows(partial: Path, args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def resumed_note(done: set[str], tasks: int) -> list[str]:
-    """The results file's word that some tasks were measured by an earlier start (none when all were not)."""
+def resumed_note(done: set[str], tasks: int, only_measured: bool) -> list[str]:
+    """The results file's word that tasks were measured by an earlier start (none when none were)."""
+    if only_measured:
+        return [f"Part of a run: only the {len(done)} tasks an earlier start of the same command measured "
+                "(`--only-measured`; the suite's other tasks are not in this file, and the run can still be "
+                "resumed). The date and load above are this call's; each task's probe is its own."]
     if not done:
         return []
     return [f"Resumed: {len(done)} of the {tasks} tasks were measured by an earlier start of the same command "
@@ -113,6 +118,8 @@ def main() -> None:
                          "of that optimizer's data, e.g. one labelled by shardplan collect paired)")
     ap.add_argument("--calibrate", action="store_true",
                     help="also time every rank beside labelled stored ranks like it (neighbour calibration)")
+    ap.add_argument("--only-measured", action="store_true",
+                    help="write the results of the tasks an earlier start of this --name measured; measure none")
     args = ap.parse_args()
     est = load_estimator(args.profile)
     searcher = get_searcher(args.searcher)
@@ -123,10 +130,13 @@ def main() -> None:
     done = {r["task"] for r in rows}
     if done:
         print(f"resuming {stem}: {len(done)} task(s) already measured ({partial})")
+    elif args.only_measured:
+        raise InputError("--only-measured", f"no task of {stem} has been measured ({partial} does not exist)",
+                         "give the --name of a run that stopped part way")
     load_before = load1()
     for path in tqdm(sorted(Path(args.suite).glob("*.json")), desc="tasks"):
         task = load_task(path)
-        if task.name in done:
+        if task.name in done or args.only_measured:
             continue
         if args.optimizer:
             task = dataclasses.replace(task, optimizer=args.optimizer)
@@ -180,7 +190,7 @@ def main() -> None:
                     f"reference {df.cal_reference_slowdown.median():.2f}x quiet; a rank's rounds differ by a median "
                     f"{(df.cal_round_spread.median() - 1) * 100:.1f}%): {scores(df.cal_rel_err)}.")
     md = [f"# Predicted vs measured rank compute on {args.searcher} plans of `{args.suite}`", "",
-          *provenance(load_before), *resumed_note(done, df.task.nunique()), "",
+          *provenance(load_before), *resumed_note(done, df.task.nunique(), args.only_measured), "",
           machine_state_line(df.groupby("task").reference_slowdown.first().dropna().tolist(), probes_by_task(df)), "",
           summary, "",
           "| task | ranks | max shards/rank | MAPE | worst rank error |"
@@ -190,7 +200,8 @@ def main() -> None:
            + " | ".join(f"{r[f'mape_{e}'] * 100:.1f}% | {r[f'worst_{e}'] * 100:+.1f}%" for e in errs) + " |"
            for t, r in per_task.iterrows()]
     write_text_atomic(out / f"{stem}.md", "\n".join(md) + "\n")
-    partial.unlink(missing_ok=True)
+    if not args.only_measured:  # a part written out can still be resumed
+        partial.unlink(missing_ok=True)
     print("\n".join(md))
 
 

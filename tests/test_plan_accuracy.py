@@ -31,3 +31,24 @@ def test_a_partial_run_resumes_only_under_the_same_protocol(load_script, tmp_pat
     partial.write_text(json.dumps({"rows": []})[:-3])
     with pytest.raises(InputError, match="not a partial run"):
         pa.resumed_rows(partial, _args())
+
+
+def test_only_measured_writes_the_part_and_keeps_it_resumable(load_script, tmp_path, monkeypatch) -> None:
+    pa = load_script("bench/plan_accuracy.py")
+    args = ["--suite", "data/tasks/unseen-b", "--profile", "cpu-2c-nested", "--rounds", "2", "--visits", "4",
+            "--calibrate", "--name", "part", "--out", str(tmp_path), "--only-measured"]
+    monkeypatch.setattr("sys.argv", ["plan_accuracy.py", *args])
+    with pytest.raises(InputError, match="--only-measured: no task of part"):  # nothing measured yet
+        pa.main()
+    row = {"task": "unseen-b-00", "rank": 0, "tables": 3, "shards": 2, "rank_signature": "abc",
+           "pred_fwd_ms": 4.0, "pred_bwd_ms": 6.0, "meas_fwd_ms": 5.0, "meas_bwd_ms": 5.0, "reference_slowdown": 2.1,
+           "cal_fwd_ms": 4.5, "cal_bwd_ms": 5.5, "cal_factor": 2.0, "cal_features": "ms,held,touched_per_ms",
+           "cal_labels": "passed the quiet gate", "cal_round_spread": 1.05, "cal_reference_slowdown": 2.0,
+           "fit_label_ratio": 0.95, "fit_reference": 1.5, "fit_tilt": 0.97}
+    options = {"suite": "data/tasks/unseen-b", "profile": "cpu-2c-nested", "searcher": "torchrec", "rounds": 2,
+               "visits": 4, "optimizer": None, "calibrate": True}
+    write_json_atomic(tmp_path / "part.partial.json", {"options": options, "rows": [row]})
+    pa.main()  # measures nothing: the one task measured is written out
+    md = (tmp_path / "part.md").read_text()
+    assert "Part of a run: only the 1 tasks" in md and "| unseen-b-00 | 1 | 2 | 0.0% | +0.0% | 0.0% | +0.0% |" in md
+    assert (tmp_path / "part.partial.json").exists()  # the run can still be resumed
