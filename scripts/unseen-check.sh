@@ -8,7 +8,8 @@
 # Run it on the host of PROFILE's labels (`shardplan profiles --probe` says whether this one runs them as
 # labelled) and nothing else meanwhile: the two cores are the instrument. Each run waits up to $WAIT_FIT
 # minutes (default 30) before each task for the host to reproduce its labels, and exits 3 when it does not
-# (nothing of that run is pooled). About 25 minutes a run of `unseen-d` on the Xeon; every run's results
+# (nothing of that run is pooled yet). The tasks it measured are kept (bench/plan_accuracy.py resumes):
+# the same call with STAMP set to the stopped run's stamp (its file name's YYYYMMDDTHHMM) goes on from them. About 25 minutes a run of `unseen-d` on the Xeon; every run's results
 # file stays under bench/results/ with the machine's state in it.
 #
 # CANDIDATES (default: the banded candidates of session 40 and the committed model's nearest rivals):
@@ -24,7 +25,7 @@ profile=${1:?usage: unseen-check.sh PROFILE SUITE [RUNS]}
 suite=${2:?usage: unseen-check.sh PROFILE SUITE [RUNS]}
 runs=${3:-2}
 name=$(basename "$suite")
-stamp=$(date -u +%Y%m%dT%H%M)
+stamp=${STAMP:-$(date -u +%Y%m%dT%H%M)}
 .venv/bin/shardplan profiles --probe | tail -2
 files=()
 for i in $(seq 1 "$runs"); do
