@@ -169,7 +169,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except InputError as e:
-        sys.exit(exit_status(e))
+    sys.exit(exit_status(main))
