@@ -56,6 +56,11 @@ def rank_signature(specs: list[ShardSpec]) -> str:
 RESUME_KEYS = ("suite", "profile", "searcher", "rounds", "visits", "optimizer", "calibrate")  # what a run measured
 
 
+def protocol(args: argparse.Namespace) -> dict[str, object]:
+    """What a run measured (:data:`RESUME_KEYS`), as its partial file records it."""
+    return {k: getattr(args, k) for k in RESUME_KEYS}
+
+
 def resumed_rows(partial: Path, args: argparse.Namespace) -> list[dict]:
     """The rows of the tasks an earlier run of the same command finished (none without ``partial``).
     Raises :class:`InputError` where that run measured otherwise (another suite, profile or protocol)."""
@@ -67,7 +72,7 @@ def resumed_rows(partial: Path, args: argparse.Namespace) -> list[dict]:
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise InputError(str(partial), f"not a partial run this script wrote ({e})",
                          "delete it to measure the suite from the start") from e
-    ours = {k: getattr(args, k) for k in RESUME_KEYS}
+    ours = protocol(args)
     if options != ours:
         differ = sorted(k for k in RESUME_KEYS if options.get(k) != ours[k])
         raise InputError("--name", f"{partial} holds a run measured with other {', '.join(differ)} "
@@ -158,7 +163,7 @@ def main() -> None:
                          "meas_fwd_ms": m.fwd_compute_ms, "meas_bwd_ms": m.bwd_compute_ms,
                          "reference_slowdown": measured.extra["slowdown"],
                          **(fitness.columns() if fitness else {})})
-        write_json_atomic(partial, {"options": {k: getattr(args, k) for k in RESUME_KEYS}, "rows": rows})
+        write_json_atomic(partial, {"options": protocol(args), "rows": rows})
     df = pd.DataFrame(rows)
     df["pred_ms"] = df.pred_fwd_ms + df.pred_bwd_ms
     df["meas_ms"] = df.meas_fwd_ms + df.meas_bwd_ms

@@ -47,6 +47,7 @@ from plan_accuracy import rank_signature
 from plan_accuracy_runs import consensus_ms, pooled_runs, suite_ranks
 from pooled import add_report_args, read_checked
 from provenance import provenance, write_report
+from unseen_score import suite_runs
 
 RUN_COLUMNS = ("task", "rank", "rank_signature", "cal_fwd_ms", "cal_bwd_ms", "cal_reference_slowdown",
                "cal_round_spread", "fit_label_ratio", "fit_reference", "fit_tilt")
@@ -129,19 +130,18 @@ def main() -> None:
     runs = {str(p): read_run(p) for p in args.runs}
     est = load_estimator(args.profile)
     old = OldNeighbours(get_profile(args.profile))
-    suites = sorted({suite_of(t, args.tasks_root) for df in runs.values() for t in df.task.unique()})
+    task_suite = {t: suite_of(t, args.tasks_root) for df in runs.values() for t in df.task.unique()}
     rows = []
-    for suite in suites:
+    for suite in sorted(set(task_suite.values())):
         ranks = suite_ranks(suite, args.searcher, est)
-        paths = sorted(Path("bench/results").glob(args.runs_glob.format(profile=args.profile, suite=suite.name)))
-        pool, _ = pooled_runs({str(p): pd.read_csv(p) for p in paths}, ranks, "cal_ms")
+        pool, _ = pooled_runs(suite_runs(suite, args.profile, args.runs_glob), ranks, "cal_ms")
         if pool.empty:
             raise InputError("--runs-glob", f"no fit run of today's plans of {suite} matches {args.runs_glob!r}",
                              "give a glob of full plan_accuracy.py --calibrate runs")
         consensus = consensus_ms(pool)
         excluded = {k for k, specs in ranks.items() if old.failed(float(consensus[k]), specs)}
         for name, df in runs.items():
-            ours = df[[suite_of(t, args.tasks_root) == suite for t in df.task]]
+            ours = df[df.task.map(task_suite) == suite]
             rows += task_gaps(ours, name, pool, ranks, excluded, args.short_ms)
     table = pd.DataFrame(rows)
     if table.empty:

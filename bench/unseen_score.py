@@ -43,16 +43,22 @@ SUITES = ("data/tasks/unseen-a", "data/tasks/unseen-b", "data/tasks/unseen-c", "
 INSTRUMENTS = {"calibrated_ms": "cal_ms", "label_protocol_ms": "meas_ms"}
 
 
+def suite_runs(suite: Path, profile: str, runs_glob: str, results: Path = Path("bench/results")
+               ) -> dict[str, pd.DataFrame]:
+    """The committed runs of ``suite`` that ``runs_glob`` names (``{profile}`` and ``{suite}`` filled in), by path."""
+    paths = sorted(results.glob(runs_glob.format(profile=profile, suite=suite.name)))
+    if not paths:
+        raise InputError("--runs-glob", f"no runs of {suite} match {runs_glob!r}",
+                         "run bench/plan_accuracy.py --calibrate on the suite first, or give another glob")
+    return {str(p): pd.read_csv(p) for p in paths}
+
+
 def suite_consensus(suite: Path, profile: str, searcher: str, runs_glob: str, est: PlanEstimator,
                     results: Path = Path("bench/results"), optimizer: str | None = None
                     ) -> tuple[dict, pd.DataFrame, int]:
     """One suite's ranks (their shards; each task trained with ``optimizer`` where given), both instruments'
     consensus per rank, and how many runs were pooled."""
-    paths = sorted(results.glob(runs_glob.format(profile=profile, suite=suite.name)))
-    if not paths:
-        raise InputError("--runs-glob", f"no runs of {suite} match {runs_glob!r}",
-                         "run bench/plan_accuracy.py --calibrate on the suite first, or give another glob")
-    runs = {str(p): pd.read_csv(p) for p in paths}
+    runs = suite_runs(suite, profile, runs_glob, results)
     ranks = suite_ranks(suite, searcher, est, optimizer)
     columns, counts = {}, set()
     for column, measured in INSTRUMENTS.items():

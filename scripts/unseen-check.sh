@@ -9,8 +9,9 @@
 # labelled) and nothing else meanwhile: the two cores are the instrument. Each run waits up to $WAIT_FIT
 # minutes (default 30) before each task for the host to reproduce its labels, and exits 3 when it does not
 # (nothing of that run is pooled yet). The tasks it measured are kept (bench/plan_accuracy.py resumes):
-# the same call with STAMP set to the stopped run's stamp (its file name's YYYYMMDDTHHMM) goes on from them. About 25 minutes a run of `unseen-d` on the Xeon; every run's results
-# file stays under bench/results/ with the machine's state in it.
+# the same call with STAMP set to the stopped run's stamp (its file name's YYYYMMDDTHHMM) goes on from them.
+# About 25 minutes a run of `unseen-d` on the Xeon; every run's results file stays under bench/results/ with
+# the machine's state in it.
 #
 # CANDIDATES (default: the banded candidates of session 40 and the committed model's nearest rivals):
 # folders under data/profiles/PROFILE/candidates/ to score on the same runs, and then, with the committed

@@ -23,7 +23,7 @@ def test_a_partial_run_resumes_only_under_the_same_protocol(load_script, tmp_pat
     partial = tmp_path / "run.partial.json"
     assert pa.resumed_rows(partial, _args()) == []  # nothing to resume
     rows = [{"task": "unseen-b-00", "rank": 0, "cal_fwd_ms": np.float64(1.5), "fit_tilt": float("nan")}]
-    write_json_atomic(partial, {"options": {k: getattr(_args(), k) for k in pa.RESUME_KEYS}, "rows": rows})
+    write_json_atomic(partial, {"options": pa.protocol(_args()), "rows": rows})
     back = pa.resumed_rows(partial, _args(wait_fit=30.0, name="y"))  # the wait and the name are not the protocol
     assert back[0]["cal_fwd_ms"] == 1.5 and math.isnan(back[0]["fit_tilt"]) and back[0]["task"] == "unseen-b-00"
     with pytest.raises(InputError, match=r"--name: .*other rounds, visits \(rounds=2, visits=4\)"):
