@@ -17,15 +17,24 @@ results are written. So a ``--wait-fit`` that runs out on a host that is only
 fit now and then loses nothing but the wait. ``--only-measured`` writes the
 results of the tasks measured so far and measures no more.
 
+On a host that is fit only in blips, two options hold a task to a host fit
+through it: ``--fit-streak N`` starts it only after N fit probes in a row, and
+``--fit-after`` probes again when it is done and, where that probe finds the
+host unfit, drops the task's figures and measures it again (at most
+``--retakes`` times; every drop is recorded in the results).
+
     .venv/bin/python bench/plan_accuracy.py --suite data/tasks/unseen-a
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import json
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -36,10 +45,10 @@ from shardplan.argtypes import at_least
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import get_profile, load1
 from shardplan.cost.specs import ShardSpec, canonical, rank_specs, specs_to_json
-from shardplan.domain import OPTIMIZERS, Plan
-from shardplan.errors import InputError, exit_status
+from shardplan.domain import OPTIMIZERS, Plan, Task
+from shardplan.errors import InputError, MachineUnfitError, exit_status
 from shardplan.execute.bench import machine_state_line, probes_by_task
-from shardplan.cost.fitness import wait_until_fit
+from shardplan.cost.fitness import Fitness, probe, wait_until_fit
 from shardplan.execute.measure import measure_plan, measure_plan_calibrated
 from shardplan.formats import load_task, write_json_atomic, write_text_atomic
 from shardplan.search import get_searcher
@@ -53,7 +62,8 @@ def rank_signature(specs: list[ShardSpec]) -> str:
     return hashlib.sha1(specs_to_json(list(canonical(specs))).encode()).hexdigest()[:12]
 
 
-RESUME_KEYS = ("suite", "profile", "searcher", "rounds", "visits", "optimizer", "calibrate")  # what a run measured
+# What a run measured, and which tasks its gate admitted: a run resumes only under the same.
+RESUME_KEYS = ("suite", "profile", "searcher", "rounds", "visits", "optimizer", "calibrate", "fit_streak", "fit_after")
 
 
 def protocol(args: argparse.Namespace) -> dict[str, object]:
@@ -61,14 +71,15 @@ def protocol(args: argparse.Namespace) -> dict[str, object]:
     return {k: getattr(args, k) for k in RESUME_KEYS}
 
 
-def resumed_rows(partial: Path, args: argparse.Namespace) -> list[dict]:
-    """The rows of the tasks an earlier run of the same command finished (none without ``partial``).
-    Raises :class:`InputError` where that run measured otherwise (another suite, profile or protocol)."""
+def resumed(partial: Path, args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
+    """The rows of the tasks an earlier run of the same command finished, and the measurements it dropped
+    (``--fit-after``); none without ``partial``. Raises :class:`InputError` where that run measured
+    otherwise (another suite, profile or protocol)."""
     if not partial.exists():
-        return []
+        return [], []
     try:
         saved = json.loads(partial.read_text())
-        rows, options = saved["rows"], saved["options"]
+        rows, options, dropped = saved["rows"], saved["options"], saved.get("dropped", [])
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise InputError(str(partial), f"not a partial run this script wrote ({e})",
                          "delete it to measure the suite from the start") from e
@@ -78,7 +89,7 @@ def resumed_rows(partial: Path, args: argparse.Namespace) -> list[dict]:
         raise InputError("--name", f"{partial} holds a run measured with other {', '.join(differ)} "
                          f"({', '.join(f'{k}={options.get(k)!r}' for k in differ)})",
                          "give another --name, or the same options to resume it")
-    return rows
+    return rows, dropped
 
 
 def resumed_note(done: set[str], tasks: int, only_measured: bool) -> list[str]:
@@ -91,6 +102,47 @@ def resumed_note(done: set[str], tasks: int, only_measured: bool) -> list[str]:
         return []
     return [f"Resumed: {len(done)} of the {tasks} tasks were measured by an earlier start of the same command "
             "(the date and load above are this start's; each task's probe is its own)."]
+
+
+def measured_while_fit(measure: Callable[[], list[dict]], wait: Callable[[], Fitness | None],
+                       after: Callable[[], Fitness | None] | None, retakes: int, task: str,
+                       dropped: list[dict]) -> list[dict]:
+    """A task's rows, measured once ``wait`` returns, each with the probe ``wait`` took (``fit_*``).
+
+    With ``after``, the host is probed again once the task is measured (``fit_after_*``). Where that
+    probe finds it unfit, the task's figures are dropped, their probes appended to ``dropped``, and the
+    task is measured again, at most ``retakes`` times. Raises :class:`MachineUnfitError` once those run out.
+    """
+    for _ in range(retakes + 1):
+        before = wait()
+        rows = measure()
+        later = after() if after else None
+        probes = {**(before.columns() if before else {}), **(later.columns("fit_after_") if later else {})}
+        if later is None or later.fit:
+            return [{**r, **probes} for r in rows]
+        dropped.append({"task": task, "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **probes})
+        print(f"{task}: dropped, the probe after it found {later.describe()}")
+    raise MachineUnfitError(f"{task}: the probe after it found the host unfit {retakes + 1} time(s) in a row; "
+                            "run the same command again later (a bench resumes where it stopped)")
+
+
+def gate_note(args: argparse.Namespace, df: pd.DataFrame, dropped: list[dict]) -> list[str]:
+    """The results file's word on the gate beyond the probe before each task (none without one)."""
+    if args.fit_streak <= 1 and not args.fit_after and not dropped:
+        return []
+    line = (f"Gate: each task started after {args.fit_streak} fit probe(s) in a row" if args.fit_streak > 1
+            else "Gate: each task started after a fit probe")
+    if "fit_after_label_ratio" in df:
+        after = df.groupby("task").first()
+        fit = [Fitness.from_columns(r, "fit_after_").fit for r in after.itertuples()]
+        line += (f", and a probe after it found the host fit still for {sum(fit)} of the {len(fit)} tasks kept "
+                 f"(`--fit-after`)")
+    line += "."
+    if dropped:
+        tasks = sorted({d["task"] for d in dropped})
+        line += (f" {len(dropped)} measurement(s) of {len(tasks)} task(s) were dropped because the probe after "
+                 f"them found the host unfit, and those tasks measured again: {', '.join(tasks)}.")
+    return [line]
 
 
 def calibrated_rounds(plan: Plan, profile: str, rounds: int) -> dict[int, dict[str, float]]:
@@ -107,6 +159,20 @@ def calibrated_rounds(plan: Plan, profile: str, rounds: int) -> dict[int, dict[s
             for r, rc in enumerate(m.per_rank) if rc.compute_ms > 0}
 
 
+def task_rows(plan: Plan, task: Task, args: argparse.Namespace) -> list[dict]:
+    """One row per rank with shards: predicted and measured fwd/bwd ms (and calibrated, with ``--calibrate``)."""
+    measured = measure_plan(plan, args.profile, rounds=args.rounds, visits=args.visits)
+    calibrated = calibrated_rounds(plan, args.profile, args.rounds) if args.calibrate else {}
+    return [{**calibrated.get(r, {}), "task": task.name, "rank": r, "tables": len(task.tables),
+             "shards": sum(1 for t in plan.tables for s in t.shards if s.rank == r),
+             "rank_signature": rank_signature(specs),
+             "pred_fwd_ms": rc.fwd_compute_ms, "pred_bwd_ms": rc.bwd_compute_ms,
+             "meas_fwd_ms": m.fwd_compute_ms, "meas_bwd_ms": m.bwd_compute_ms,
+             "reference_slowdown": measured.extra["slowdown"]}
+            for r, (rc, m, specs) in enumerate(zip(plan.cost.per_rank, measured.per_rank, rank_specs(plan)))
+            if m.compute_ms > 0]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", default="data/tasks/unseen-a")
@@ -118,6 +184,12 @@ def main() -> None:
     ap.add_argument("--name", help="results file stem (default plan-accuracy-PROFILE-SUITE)")
     ap.add_argument("--wait-fit", type=at_least(0, float), default=0.0, metavar="MINUTES",
                     help="before each task, wait up to this long for a machine that reproduces its cost labels")
+    ap.add_argument("--fit-streak", type=at_least(1), default=1, metavar="N",
+                    help="with --wait-fit: start a task only after N fit probes in a row (a spell, not a blip)")
+    ap.add_argument("--fit-after", action="store_true",
+                    help="probe again after each task; drop and re-measure a task the host was not fit through")
+    ap.add_argument("--retakes", type=at_least(0), default=2,
+                    help="with --fit-after: times a task is measured again before the run stops (it resumes)")
     ap.add_argument("--optimizer", choices=OPTIMIZERS,
                     help="plan, price and time every task with this fused optimizer instead of its own (a profile "
                          "of that optimizer's data, e.g. one labelled by shardplan collect paired)")
@@ -131,7 +203,7 @@ def main() -> None:
     out = Path(args.out)
     stem = args.name or f"plan-accuracy-{args.profile}-{Path(args.suite).name}"
     partial = out / f"{stem}.partial.json"
-    rows = resumed_rows(partial, args)
+    rows, dropped = resumed(partial, args)
     done = {r["task"] for r in rows}
     if done:
         print(f"resuming {stem}: {len(done)} task(s) already measured ({partial})")
@@ -139,6 +211,7 @@ def main() -> None:
         raise InputError("--only-measured", f"no task of {stem} has been measured ({partial} does not exist)",
                          "give the --name of a run that stopped part way")
     load_before = load1()
+    profile = get_profile(args.profile)
     for path in tqdm(sorted(Path(args.suite).glob("*.json")), desc="tasks"):
         task = load_task(path)
         if task.name in done or args.only_measured:
@@ -150,20 +223,13 @@ def main() -> None:
         except InputError as e:  # no plan, or one our validator refuses (TorchRec's memory count is not ours)
             print(f"{task.name}: {args.searcher} cannot plan it: {e}")
             continue
-        fitness = wait_until_fit(get_profile(args.profile), 60 * args.wait_fit)
-        measured = measure_plan(plan, args.profile, rounds=args.rounds, visits=args.visits)
-        calibrated = calibrated_rounds(plan, args.profile, args.rounds) if args.calibrate else {}
-        for r, (rc, m, specs) in enumerate(zip(plan.cost.per_rank, measured.per_rank, rank_specs(plan))):
-            if m.compute_ms == 0:
-                continue
-            rows.append({**calibrated.get(r, {}), "task": task.name, "rank": r, "tables": len(task.tables),
-                         "shards": sum(1 for t in plan.tables for s in t.shards if s.rank == r),
-                         "rank_signature": rank_signature(specs),
-                         "pred_fwd_ms": rc.fwd_compute_ms, "pred_bwd_ms": rc.bwd_compute_ms,
-                         "meas_fwd_ms": m.fwd_compute_ms, "meas_bwd_ms": m.bwd_compute_ms,
-                         "reference_slowdown": measured.extra["slowdown"],
-                         **(fitness.columns() if fitness else {})})
-        write_json_atomic(partial, {"options": protocol(args), "rows": rows})
+        wait = functools.partial(wait_until_fit, profile, 60 * args.wait_fit, streak=args.fit_streak)
+        after = functools.partial(probe, profile) if args.fit_after else None
+        try:
+            rows += measured_while_fit(functools.partial(task_rows, plan, task, args), wait, after, args.retakes,
+                                       task.name, dropped)
+        finally:  # the tasks done and the measurements dropped, kept for the next start
+            write_json_atomic(partial, {"options": protocol(args), "rows": rows, "dropped": dropped})
     df = pd.DataFrame(rows)
     df["pred_ms"] = df.pred_fwd_ms + df.pred_bwd_ms
     df["meas_ms"] = df.meas_fwd_ms + df.meas_bwd_ms
@@ -195,7 +261,8 @@ def main() -> None:
                     f"reference {df.cal_reference_slowdown.median():.2f}x quiet; a rank's rounds differ by a median "
                     f"{(df.cal_round_spread.median() - 1) * 100:.1f}%): {scores(df.cal_rel_err)}.")
     md = [f"# Predicted vs measured rank compute on {args.searcher} plans of `{args.suite}`", "",
-          *provenance(load_before), *resumed_note(done, df.task.nunique(), args.only_measured), "",
+          *provenance(load_before), *resumed_note(done, df.task.nunique(), args.only_measured),
+          *gate_note(args, df, dropped), "",
           machine_state_line(df.groupby("task").reference_slowdown.first().dropna().tolist(), probes_by_task(df)), "",
           summary, "",
           "| task | ranks | max shards/rank | MAPE | worst rank error |"

@@ -7,8 +7,10 @@
 #
 # Run it on the host of PROFILE's labels (`shardplan profiles --probe` says whether this one runs them as
 # labelled) and nothing else meanwhile: the two cores are the instrument. Each run waits up to $WAIT_FIT
-# minutes (default 30) before each task for the host to reproduce its labels, and exits 3 when it does not
-# (nothing of that run is pooled yet). The tasks it measured are kept (bench/plan_accuracy.py resumes):
+# minutes (default 30) before each task for the host to reproduce its labels in $FIT_STREAK probes in a row
+# (default 2: a spell, not a blip), probes again after the task and measures it again where the host did not
+# stay fit through it, and exits 3 when it does not come (nothing of that run is pooled yet). The tasks it
+# measured are kept (bench/plan_accuracy.py resumes):
 # the same call with STAMP set to the stopped run's stamp (its file name's YYYYMMDDTHHMM) goes on from them.
 # About 25 minutes a run of `unseen-d` on the Xeon; every run's results file stays under bench/results/ with
 # the machine's state in it.
@@ -36,7 +38,7 @@ for i in $(seq 1 "$runs"); do
   # one core for the timing, the allocator kept from returning memory mid-timing (the labels' protocol)
   MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 taskset -c 1 \
     .venv/bin/python bench/plan_accuracy.py --suite "$suite" --profile "$profile" --rounds 2 --visits 4 \
-      --calibrate --wait-fit "${WAIT_FIT:-30}" --name "$run"
+      --calibrate --wait-fit "${WAIT_FIT:-30}" --fit-streak "${FIT_STREAK:-2}" --fit-after --name "$run"
   files+=("bench/results/$run.csv")
 done
 .venv/bin/shardplan profiles --probe | tail -2

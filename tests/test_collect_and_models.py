@@ -547,6 +547,16 @@ def test_fitness_probe_compares_retimed_ranks_with_their_labels(monkeypatch):
     assert f.label_ratio == pytest.approx(1.3) and not f.fit
     with pytest.raises(MachineUnfitError, match="run the same command again later"):
         fitness.wait_until_fit(prof, max_wait_s=90, poll_s=30)
+    speeds = iter([1.0, 1.3, 1.0, 1.0])  # a blip (one fit probe between unfit ones), then a spell
+    real_probe = fitness.probe
+
+    def probe_then_change(p):
+        state["speed"] = next(speeds)
+        return real_probe(p)
+
+    monkeypatch.setattr(fitness, "probe", probe_then_change)
+    f = fitness.wait_until_fit(prof, max_wait_s=300, poll_s=30, streak=2)
+    assert f.fit and next(speeds, None) is None  # the blip did not count: it waited for two fit probes in a row
 
 
 def test_retime_pairs_rows_with_the_source_and_resumes(tmp_path):

@@ -6,31 +6,37 @@ import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from shardplan.errors import InputError
+from shardplan.cost.fitness import Fitness
+from shardplan.errors import InputError, MachineUnfitError
 from shardplan.formats import write_json_atomic
 
 
 def _args(**over) -> argparse.Namespace:
     base = {"suite": "data/tasks/unseen-b", "profile": "cpu-2c-nested", "searcher": "torchrec", "rounds": 2,
-            "visits": 4, "optimizer": None, "calibrate": True, "name": "x", "out": "bench/results", "wait_fit": 10.0}
+            "visits": 4, "optimizer": None, "calibrate": True, "name": "x", "out": "bench/results", "wait_fit": 10.0,
+            "fit_streak": 2, "fit_after": True, "retakes": 2}
     return argparse.Namespace(**{**base, **over})
 
 
 def test_a_partial_run_resumes_only_under_the_same_protocol(load_script, tmp_path) -> None:
     pa = load_script("bench/plan_accuracy.py")
     partial = tmp_path / "run.partial.json"
-    assert pa.resumed_rows(partial, _args()) == []  # nothing to resume
+    assert pa.resumed(partial, _args()) == ([], [])  # nothing to resume
     rows = [{"task": "unseen-b-00", "rank": 0, "cal_fwd_ms": np.float64(1.5), "fit_tilt": float("nan")}]
-    write_json_atomic(partial, {"options": pa.protocol(_args()), "rows": rows})
-    back = pa.resumed_rows(partial, _args(wait_fit=30.0, name="y"))  # the wait and the name are not the protocol
+    write_json_atomic(partial, {"options": pa.protocol(_args()), "rows": rows})  # no drops: a file of before
+    back, dropped = pa.resumed(partial, _args(wait_fit=30.0, name="y", retakes=0))  # not the protocol
     assert back[0]["cal_fwd_ms"] == 1.5 and math.isnan(back[0]["fit_tilt"]) and back[0]["task"] == "unseen-b-00"
+    assert dropped == []
     with pytest.raises(InputError, match=r"--name: .*other rounds, visits \(rounds=2, visits=4\)"):
-        pa.resumed_rows(partial, _args(rounds=1, visits=1))
+        pa.resumed(partial, _args(rounds=1, visits=1))
+    with pytest.raises(InputError, match=r"other fit_streak \(fit_streak=2\)"):  # another gate admits other tasks
+        pa.resumed(partial, _args(fit_streak=1))
     partial.write_text(json.dumps({"rows": []})[:-3])
     with pytest.raises(InputError, match="not a partial run"):
-        pa.resumed_rows(partial, _args())
+        pa.resumed(partial, _args())
 
 
 def test_only_measured_writes_the_part_and_keeps_it_resumable(load_script, tmp_path, monkeypatch) -> None:
@@ -46,9 +52,36 @@ def test_only_measured_writes_the_part_and_keeps_it_resumable(load_script, tmp_p
            "cal_labels": "passed the quiet gate", "cal_round_spread": 1.05, "cal_reference_slowdown": 2.0,
            "fit_label_ratio": 0.95, "fit_reference": 1.5, "fit_tilt": 0.97}
     options = {"suite": "data/tasks/unseen-b", "profile": "cpu-2c-nested", "searcher": "torchrec", "rounds": 2,
-               "visits": 4, "optimizer": None, "calibrate": True}
+               "visits": 4, "optimizer": None, "calibrate": True, "fit_streak": 1, "fit_after": False}
     write_json_atomic(tmp_path / "part.partial.json", {"options": options, "rows": [row]})
     pa.main()  # measures nothing: the one task measured is written out
     md = (tmp_path / "part.md").read_text()
     assert "Part of a run: only the 1 tasks" in md and "| unseen-b-00 | 1 | 2 | 0.0% | +0.0% | 0.0% | +0.0% |" in md
     assert (tmp_path / "part.partial.json").exists()  # the run can still be resumed
+
+
+def test_a_task_the_host_was_not_fit_through_is_dropped_and_measured_again(load_script) -> None:
+    pa = load_script("bench/plan_accuracy.py")
+    fit, unfit = Fitness(1.02, 1.3, 0.98), Fitness(0.7, 2.5, 0.84)
+    afters = iter([unfit, fit])  # the host left the fit state during the first measurement, not the second
+    measured = []
+
+    def measure() -> list[dict]:
+        measured.append(len(measured))
+        return [{"task": "t", "rank": 0, "cal_fwd_ms": 1.0 + len(measured)}]
+
+    dropped: list[dict] = []
+    rows = pa.measured_while_fit(measure, lambda: fit, lambda: next(afters), 2, "t", dropped)
+    assert measured == [0, 1] and rows[0]["cal_fwd_ms"] == 3.0  # the second measurement's figures
+    assert rows[0]["fit_label_ratio"] == 1.02 and rows[0]["fit_after_reference"] == 1.3
+    assert len(dropped) == 1 and dropped[0]["task"] == "t" and dropped[0]["fit_after_label_ratio"] == 0.7
+    with pytest.raises(MachineUnfitError, match="t: the probe after it found the host unfit 2 time"):
+        pa.measured_while_fit(measure, lambda: fit, lambda: unfit, 1, "t", dropped)
+    assert len(dropped) == 3  # each drop is kept for the results, the run's last included
+    assert pa.measured_while_fit(measure, lambda: None, None, 0, "t", [])[0]["task"] == "t"  # no probe: kept
+    args = _args(fit_streak=2, fit_after=True)
+    note = pa.gate_note(args, pd.DataFrame(rows), dropped)[0]
+    assert note.startswith("Gate: each task started after 2 fit probe(s) in a row, and a probe after it found "
+                           "the host fit still for 1 of the 1 tasks kept")
+    assert "3 measurement(s) of 1 task(s) were dropped" in note
+    assert pa.gate_note(_args(fit_streak=1, fit_after=False), pd.DataFrame(rows), []) == []

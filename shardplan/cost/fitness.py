@@ -78,15 +78,17 @@ class Fitness:
                 and (self.tilt is None or 1 / TILT_TOLERANCE <= self.tilt <= TILT_TOLERANCE)
                 and self.reference_slowdown <= MEASURE_SLOW_LIMIT)
 
-    def columns(self) -> dict[str, float]:
-        """The probe as results-file columns (``fit_*``)."""
-        return {"fit_label_ratio": self.label_ratio, "fit_reference": self.reference_slowdown,
-                "fit_tilt": float("nan") if self.tilt is None else self.tilt}
+    def columns(self, prefix: str = "fit_") -> dict[str, float]:
+        """The probe as results-file columns (``fit_*``; another ``prefix`` for a probe taken after a task)."""
+        return {f"{prefix}label_ratio": self.label_ratio, f"{prefix}reference": self.reference_slowdown,
+                f"{prefix}tilt": float("nan") if self.tilt is None else self.tilt}
 
     @classmethod
-    def from_columns(cls, row: Any) -> "Fitness":
-        tilt = getattr(row, "fit_tilt", None)
-        return cls(row.fit_label_ratio, row.fit_reference, None if tilt is None or tilt != tilt else tilt)
+    def from_columns(cls, row: Any, prefix: str = "fit_") -> "Fitness":
+        """The probe that :meth:`columns` wrote with ``prefix``."""
+        tilt = getattr(row, f"{prefix}tilt", None)
+        return cls(getattr(row, f"{prefix}label_ratio"), getattr(row, f"{prefix}reference"),
+                   None if tilt is None or tilt != tilt else tilt)
 
     def describe(self) -> str:
         tilt = f", long ranks at {self.tilt:.2f}x the short ones' ratio" if self.tilt is not None else ""
@@ -211,26 +213,35 @@ def probe(profile: Profile) -> Fitness | None:
     return Fitness(short / factor, factor, tilt)
 
 
-def wait_until_fit(profile: Profile, max_wait_s: float, poll_s: float = POLL_S) -> Fitness | None:
-    """Probe; while unfit, probe again every ``poll_s`` for up to ``max_wait_s``.
+def wait_until_fit(profile: Profile, max_wait_s: float, poll_s: float = POLL_S, streak: int = 1) -> Fitness | None:
+    """Probe until ``streak`` probes in a row (``poll_s`` apart) find the machine fit, for up to ``max_wait_s``.
 
-    Returns the last probe (fit, or unfit when ``max_wait_s`` is 0: the caller measures anyway
-    and records it). Raises :class:`MachineUnfitError` when a positive wait runs out.
+    A streak above 1 waits for a spell rather than a blip: on 2026-11-29 the ``cpu-2c-nested`` guest passed
+    single probes between unfit ones, and the tasks measured after such a pass were calibrated with the
+    reference back at about 2x quiet, twice as far from the fit runs as those runs lie from each other
+    (docs/cost-model.md, session 67). Returns the last probe (fit, or whatever it found when ``max_wait_s``
+    is 0: the caller measures anyway and records it). Raises :class:`MachineUnfitError` when a positive wait
+    runs out.
     """
     f = probe(profile)
-    if f is None or f.fit or max_wait_s <= 0:
+    if f is None or max_wait_s <= 0:
+        return f
+    fits = int(f.fit)  # fit probes in a row so far
+    if fits >= streak:
         return f
     waited = 0.0  # time slept between probes (each probe adds a few seconds more)
     with tqdm(desc="waiting for a fit machine", unit="probe", leave=False) as bar:
-        while not f.fit:
+        while fits < streak:
             tqdm.write(f"{time.strftime('%H:%M:%S')} {f.describe()}")  # the machine's history, in the log
             if waited + poll_s > max_wait_s:
                 raise MachineUnfitError(
-                    f"machine not fit to measure after waiting {max_wait_s / 60:.0f} min: {f.describe()}; "
+                    f"machine not fit to measure for {streak} probe(s) in a row after waiting "
+                    f"{max_wait_s / 60:.0f} min: {f.describe()}; "
                     "run the same command again later (a bench resumes where it stopped)")
             time.sleep(poll_s)
             waited += poll_s
             f = probe(profile)
+            fits = fits + 1 if f.fit else 0
             bar.update()
     tqdm.write(f"{time.strftime('%H:%M:%S')} {f.describe()}")
     return f
