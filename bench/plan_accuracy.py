@@ -106,12 +106,13 @@ def resumed_note(done: set[str], tasks: int, only_measured: bool) -> list[str]:
 
 def measured_while_fit(measure: Callable[[], list[dict]], wait: Callable[[], Fitness | None],
                        after: Callable[[], Fitness | None] | None, retakes: int, task: str,
-                       dropped: list[dict]) -> list[dict]:
+                       drop: Callable[[dict], None]) -> list[dict]:
     """A task's rows, measured once ``wait`` returns, each with the probe ``wait`` took (``fit_*``).
 
     With ``after``, the host is probed again once the task is measured (``fit_after_*``). Where that
-    probe finds it unfit, the task's figures are dropped, their probes appended to ``dropped``, and the
-    task is measured again, at most ``retakes`` times. Raises :class:`MachineUnfitError` once those run out.
+    probe finds it unfit, the task's figures are dropped, their probes handed to ``drop`` (which records
+    them at once: a run stopped while waiting keeps them), and the task is measured again, at most
+    ``retakes`` times. Raises :class:`MachineUnfitError` once those run out.
     """
     for _ in range(retakes + 1):
         before = wait()
@@ -120,7 +121,7 @@ def measured_while_fit(measure: Callable[[], list[dict]], wait: Callable[[], Fit
         probes = {**(before.columns() if before else {}), **(later.columns("fit_after_") if later else {})}
         if later is None or later.fit:
             return [{**r, **probes} for r in rows]
-        dropped.append({"task": task, "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **probes})
+        drop({"task": task, "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **probes})
         print(f"{task}: dropped, the probe after it found {later.describe()}")
     raise MachineUnfitError(f"{task}: the probe after it found the host unfit {retakes + 1} time(s) in a row; "
                             "run the same command again later (a bench resumes where it stopped)")
@@ -212,6 +213,14 @@ def main() -> None:
                          "give the --name of a run that stopped part way")
     load_before = load1()
     profile = get_profile(args.profile)
+
+    def save() -> None:  # the tasks done and the measurements dropped, kept for the next start
+        write_json_atomic(partial, {"options": protocol(args), "rows": rows, "dropped": dropped})
+
+    def drop(record: dict) -> None:  # saved at once: a run stopped while it waits keeps its drops
+        dropped.append(record)
+        save()
+
     for path in tqdm(sorted(Path(args.suite).glob("*.json")), desc="tasks"):
         task = load_task(path)
         if task.name in done or args.only_measured:
@@ -225,11 +234,9 @@ def main() -> None:
             continue
         wait = functools.partial(wait_until_fit, profile, 60 * args.wait_fit, streak=args.fit_streak)
         after = functools.partial(probe, profile) if args.fit_after else None
-        try:
-            rows += measured_while_fit(functools.partial(task_rows, plan, task, args), wait, after, args.retakes,
-                                       task.name, dropped)
-        finally:  # the tasks done and the measurements dropped, kept for the next start
-            write_json_atomic(partial, {"options": protocol(args), "rows": rows, "dropped": dropped})
+        rows += measured_while_fit(functools.partial(task_rows, plan, task, args), wait, after, args.retakes,
+                                   task.name, drop)
+        save()
     df = pd.DataFrame(rows)
     df["pred_ms"] = df.pred_fwd_ms + df.pred_bwd_ms
     df["meas_ms"] = df.meas_fwd_ms + df.meas_bwd_ms

@@ -71,14 +71,14 @@ def test_a_task_the_host_was_not_fit_through_is_dropped_and_measured_again(load_
         return [{"task": "t", "rank": 0, "cal_fwd_ms": 1.0 + len(measured)}]
 
     dropped: list[dict] = []
-    rows = pa.measured_while_fit(measure, lambda: fit, lambda: next(afters), 2, "t", dropped)
+    rows = pa.measured_while_fit(measure, lambda: fit, lambda: next(afters), 2, "t", dropped.append)
     assert measured == [0, 1] and rows[0]["cal_fwd_ms"] == 3.0  # the second measurement's figures
     assert rows[0]["fit_label_ratio"] == 1.02 and rows[0]["fit_after_reference"] == 1.3
     assert len(dropped) == 1 and dropped[0]["task"] == "t" and dropped[0]["fit_after_label_ratio"] == 0.7
     with pytest.raises(MachineUnfitError, match="t: the probe after it found the host unfit 2 time"):
-        pa.measured_while_fit(measure, lambda: fit, lambda: unfit, 1, "t", dropped)
+        pa.measured_while_fit(measure, lambda: fit, lambda: unfit, 1, "t", dropped.append)
     assert len(dropped) == 3  # each drop is kept for the results, the run's last included
-    assert pa.measured_while_fit(measure, lambda: None, None, 0, "t", [])[0]["task"] == "t"  # no probe: kept
+    assert pa.measured_while_fit(measure, lambda: None, None, 0, "t", dropped.append)[0]["task"] == "t"  # kept
     args = _args(fit_streak=2, fit_after=True)
     note = pa.gate_note(args, pd.DataFrame(rows), dropped)[0]
     assert note.startswith("Gate: each task started after 2 fit probe(s) in a row, and a probe after it found "
