@@ -110,9 +110,10 @@ def measured_while_fit(measure: Callable[[], list[dict]], wait: Callable[[], Fit
     """A task's rows, measured once ``wait`` returns, each with the probe ``wait`` took (``fit_*``).
 
     With ``after``, the host is probed again once the task is measured (``fit_after_*``). Where that
-    probe finds it unfit, the task's figures are dropped, their probes handed to ``drop`` (which records
-    them at once: a run stopped while waiting keeps them), and the task is measured again, at most
-    ``retakes`` times. Raises :class:`MachineUnfitError` once those run out.
+    probe finds it unfit, the task's figures are dropped, their probes and the reference's slowdown while
+    it was measured handed to ``drop`` (which records them at once: a run stopped while waiting keeps
+    them), and the task is measured again, at most ``retakes`` times. Raises :class:`MachineUnfitError`
+    once those run out.
     """
     for _ in range(retakes + 1):
         before = wait()
@@ -121,7 +122,8 @@ def measured_while_fit(measure: Callable[[], list[dict]], wait: Callable[[], Fit
         probes = {**(before.columns() if before else {}), **(later.columns("fit_after_") if later else {})}
         if later is None or later.fit:
             return [{**r, **probes} for r in rows]
-        drop({"task": task, "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **probes})
+        level = {k: rows[0][k] for k in ("reference_slowdown", "cal_reference_slowdown") if rows and k in rows[0]}
+        drop({"task": task, "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **probes, **level})
         print(f"{task}: dropped, the probe after it found {later.describe()}")
     raise MachineUnfitError(f"{task}: the probe after it found the host unfit {retakes + 1} time(s) in a row; "
                             "run the same command again later (a bench resumes where it stopped)")

@@ -68,13 +68,14 @@ def test_a_task_the_host_was_not_fit_through_is_dropped_and_measured_again(load_
 
     def measure() -> list[dict]:
         measured.append(len(measured))
-        return [{"task": "t", "rank": 0, "cal_fwd_ms": 1.0 + len(measured)}]
+        return [{"task": "t", "rank": 0, "cal_fwd_ms": 1.0 + len(measured), "cal_reference_slowdown": 2.2}]
 
     dropped: list[dict] = []
     rows = pa.measured_while_fit(measure, lambda: fit, lambda: next(afters), 2, "t", dropped.append)
     assert measured == [0, 1] and rows[0]["cal_fwd_ms"] == 3.0  # the second measurement's figures
     assert rows[0]["fit_label_ratio"] == 1.02 and rows[0]["fit_after_reference"] == 1.3
     assert len(dropped) == 1 and dropped[0]["task"] == "t" and dropped[0]["fit_after_label_ratio"] == 0.7
+    assert dropped[0]["cal_reference_slowdown"] == 2.2  # how slow the reference ran while it was calibrated
     with pytest.raises(MachineUnfitError, match="t: the probe after it found the host unfit 2 time"):
         pa.measured_while_fit(measure, lambda: fit, lambda: unfit, 1, "t", dropped.append)
     assert len(dropped) == 3  # each drop is kept for the results, the run's last included
