@@ -131,7 +131,7 @@ def measured_while_fit(measure: Callable[[], list[dict]], wait: Callable[[], Fit
 
 def gate_note(args: argparse.Namespace, df: pd.DataFrame, dropped: list[dict]) -> list[str]:
     """The results file's word on the gate beyond the probe before each task (none without one)."""
-    if args.fit_streak <= 1 and not args.fit_after and not dropped:
+    if args.fit_streak <= 1 and not args.fit_after:  # drops come only with --fit-after
         return []
     line = (f"Gate: each task started after {args.fit_streak} fit probe(s) in a row" if args.fit_streak > 1
             else "Gate: each task started after a fit probe")
@@ -223,6 +223,8 @@ def main() -> None:
         dropped.append(record)
         save()
 
+    wait = functools.partial(wait_until_fit, profile, 60 * args.wait_fit, streak=args.fit_streak)
+    after = functools.partial(probe, profile) if args.fit_after else None
     for path in tqdm(sorted(Path(args.suite).glob("*.json")), desc="tasks"):
         task = load_task(path)
         if task.name in done or args.only_measured:
@@ -234,8 +236,6 @@ def main() -> None:
         except InputError as e:  # no plan, or one our validator refuses (TorchRec's memory count is not ours)
             print(f"{task.name}: {args.searcher} cannot plan it: {e}")
             continue
-        wait = functools.partial(wait_until_fit, profile, 60 * args.wait_fit, streak=args.fit_streak)
-        after = functools.partial(probe, profile) if args.fit_after else None
         rows += measured_while_fit(functools.partial(task_rows, plan, task, args), wait, after, args.retakes,
                                    task.name, drop)
         save()
