@@ -135,11 +135,13 @@ def gate_note(args: argparse.Namespace, df: pd.DataFrame, dropped: list[dict]) -
         return []
     line = (f"Gate: each task started after {args.fit_streak} fit probe(s) in a row" if args.fit_streak > 1
             else "Gate: each task started after a fit probe")
-    if "fit_after_label_ratio" in df:
-        after = df.groupby("task").first()
-        fit = [Fitness.from_columns(r, "fit_after_").fit for r in after.itertuples()]
-        line += (f", and a probe after it found the host fit still for {sum(fit)} of the {len(fit)} tasks kept "
-                 f"(`--fit-after`)")
+    if Fitness.column_names("fit_after_")[0] in df:
+        # Only tasks whose after-probe passed are kept, so what is worth saying is how fit they found the host.
+        after = [Fitness.from_columns(r, "fit_after_") for r in df.groupby("task").first().itertuples()]
+        ratios, refs = [f.label_ratio for f in after], [f.reference_slowdown for f in after]
+        line += (f", and a probe after it found the host still fit (`--fit-after`; over the {len(after)} tasks "
+                 f"kept, stored ranks re-timed at {min(ratios):.2f}-{max(ratios):.2f}x their labels, the "
+                 f"reference at {min(refs):.2f}-{max(refs):.2f}x quiet)")
     line += "."
     if dropped:
         tasks = sorted({d["task"] for d in dropped})

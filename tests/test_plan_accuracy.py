@@ -83,6 +83,7 @@ def test_a_task_the_host_was_not_fit_through_is_dropped_and_measured_again(load_
     args = _args(fit_streak=2, fit_after=True)
     note = pa.gate_note(args, pd.DataFrame(rows), dropped)[0]
     assert note.startswith("Gate: each task started after 2 fit probe(s) in a row, and a probe after it found "
-                           "the host fit still for 1 of the 1 tasks kept")
+                           "the host still fit (`--fit-after`; over the 1 tasks kept, stored ranks re-timed at "
+                           "1.02-1.02x their labels, the reference at 1.30-1.30x quiet)")
     assert "3 measurement(s) of 1 task(s) were dropped" in note
     assert pa.gate_note(_args(fit_streak=1, fit_after=False), pd.DataFrame(rows), []) == []

@@ -78,17 +78,22 @@ class Fitness:
                 and (self.tilt is None or 1 / TILT_TOLERANCE <= self.tilt <= TILT_TOLERANCE)
                 and self.reference_slowdown <= MEASURE_SLOW_LIMIT)
 
+    @staticmethod
+    def column_names(prefix: str = "fit_") -> tuple[str, str, str]:
+        """The results-file columns :meth:`columns` writes: label ratio, reference slowdown, tilt."""
+        return f"{prefix}label_ratio", f"{prefix}reference", f"{prefix}tilt"
+
     def columns(self, prefix: str = "fit_") -> dict[str, float]:
         """The probe as results-file columns (``fit_*``; another ``prefix`` for a probe taken after a task)."""
-        return {f"{prefix}label_ratio": self.label_ratio, f"{prefix}reference": self.reference_slowdown,
-                f"{prefix}tilt": float("nan") if self.tilt is None else self.tilt}
+        return dict(zip(self.column_names(prefix),
+                        (self.label_ratio, self.reference_slowdown, float("nan") if self.tilt is None else self.tilt)))
 
     @classmethod
     def from_columns(cls, row: Any, prefix: str = "fit_") -> "Fitness":
         """The probe that :meth:`columns` wrote with ``prefix``."""
-        tilt = getattr(row, f"{prefix}tilt", None)
-        return cls(getattr(row, f"{prefix}label_ratio"), getattr(row, f"{prefix}reference"),
-                   None if tilt is None or tilt != tilt else tilt)
+        ratio, reference, tilt_name = cls.column_names(prefix)
+        tilt = getattr(row, tilt_name, None)
+        return cls(getattr(row, ratio), getattr(row, reference), None if tilt is None or tilt != tilt else tilt)
 
     def describe(self) -> str:
         tilt = f", long ranks at {self.tilt:.2f}x the short ones' ratio" if self.tilt is not None else ""

@@ -225,10 +225,11 @@ def _all_slowdowns(df: pd.DataFrame) -> list[float]:
 
 
 def probes_by_task(df: pd.DataFrame) -> list[Fitness]:
-    if "fit_label_ratio" not in df:
+    ratio, reference, tilt = Fitness.column_names()
+    if ratio not in df:
         return []
-    cols = [c for c in ("fit_label_ratio", "fit_reference", "fit_tilt") if c in df]
-    first = df.groupby("task")[cols].first().dropna(subset=["fit_label_ratio", "fit_reference"])
+    cols = [c for c in (ratio, reference, tilt) if c in df]
+    first = df.groupby("task")[cols].first().dropna(subset=[ratio, reference])
     return [Fitness.from_columns(r) for r in first.itertuples()]
 
 
