@@ -33,8 +33,6 @@ import functools
 import hashlib
 import json
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -42,13 +40,13 @@ import pandas as pd
 from tqdm import tqdm
 
 from shardplan.argtypes import at_least
+from shardplan.cli import add_wait_fit, fit_gate
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.profiles import get_profile, load1
 from shardplan.cost.specs import ShardSpec, canonical, rank_specs, specs_to_json
 from shardplan.domain import OPTIMIZERS, Plan, Task
-from shardplan.errors import InputError, MachineUnfitError, exit_status
+from shardplan.errors import InputError, exit_status
 from shardplan.execute.bench import machine_state_line, probes_by_task
-from shardplan.cost.fitness import Fitness, probe, wait_until_fit
 from shardplan.execute.measure import measure_plan, measure_plan_calibrated
 from shardplan.formats import load_task, write_json_atomic, write_text_atomic
 from shardplan.search import get_searcher
@@ -104,52 +102,6 @@ def resumed_note(done: set[str], tasks: int, only_measured: bool) -> list[str]:
             "(the date and load above are this start's; each task's probe is its own)."]
 
 
-def measured_while_fit(measure: Callable[[], list[dict]], wait: Callable[[], Fitness | None],
-                       after: Callable[[], Fitness | None] | None, retakes: int, task: str,
-                       drop: Callable[[dict], None]) -> list[dict]:
-    """A task's rows, measured once ``wait`` returns, each with the probe ``wait`` took (``fit_*``).
-
-    With ``after``, the host is probed again once the task is measured (``fit_after_*``). Where that
-    probe finds it unfit, the task's figures are dropped, their probes and the reference's slowdown while
-    it was measured handed to ``drop`` (which records them at once: a run stopped while waiting keeps
-    them), and the task is measured again, at most ``retakes`` times. Raises :class:`MachineUnfitError`
-    once those run out.
-    """
-    for _ in range(retakes + 1):
-        before = wait()
-        rows = measure()
-        later = after() if after else None
-        probes = {**(before.columns() if before else {}), **(later.columns("fit_after_") if later else {})}
-        if later is None or later.fit:
-            return [{**r, **probes} for r in rows]
-        level = {k: rows[0][k] for k in ("reference_slowdown", "cal_reference_slowdown") if rows and k in rows[0]}
-        drop({"task": task, "at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **probes, **level})
-        print(f"{task}: dropped, the probe after it found {later.describe()}")
-    raise MachineUnfitError(f"{task}: the probe after it found the host unfit {retakes + 1} time(s) in a row; "
-                            "run the same command again later (a bench resumes where it stopped)")
-
-
-def gate_note(args: argparse.Namespace, df: pd.DataFrame, dropped: list[dict]) -> list[str]:
-    """The results file's word on the gate beyond the probe before each task (none without one)."""
-    if args.fit_streak <= 1 and not args.fit_after:  # drops come only with --fit-after
-        return []
-    line = (f"Gate: each task started after {args.fit_streak} fit probe(s) in a row" if args.fit_streak > 1
-            else "Gate: each task started after a fit probe")
-    if Fitness.column_names("fit_after_")[0] in df:
-        # Only tasks whose after-probe passed are kept, so what is worth saying is how fit they found the host.
-        after = [Fitness.from_columns(r, "fit_after_") for r in df.groupby("task").first().itertuples()]
-        ratios, refs = [f.label_ratio for f in after], [f.reference_slowdown for f in after]
-        line += (f", and a probe after it found the host still fit (`--fit-after`; over the {len(after)} tasks "
-                 f"kept, stored ranks re-timed at {min(ratios):.2f}-{max(ratios):.2f}x their labels, the "
-                 f"reference at {min(refs):.2f}-{max(refs):.2f}x quiet)")
-    line += "."
-    if dropped:
-        tasks = sorted({d["task"] for d in dropped})
-        line += (f" {len(dropped)} measurement(s) of {len(tasks)} task(s) were dropped because the probe after "
-                 f"them found the host unfit, and those tasks measured again: {', '.join(tasks)}.")
-    return [line]
-
-
 def calibrated_rounds(plan: Plan, profile: str, rounds: int) -> dict[int, dict[str, float]]:
     """Per rank with shards, its neighbour-calibrated fwd/bwd ms (:func:`measure_plan_calibrated`), the
     neighbours' factor and what they were chosen by, how far its rounds spread and the reference's slowdown."""
@@ -187,14 +139,7 @@ def main() -> None:
     ap.add_argument("--visits", type=at_least(1), default=1, help="visits per rank and round (measure_plans)")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--name", help="results file stem (default plan-accuracy-PROFILE-SUITE)")
-    ap.add_argument("--wait-fit", type=at_least(0, float), default=0.0, metavar="MINUTES",
-                    help="before each task, wait up to this long for a machine that reproduces its cost labels")
-    ap.add_argument("--fit-streak", type=at_least(1), default=1, metavar="N",
-                    help="with --wait-fit: start a task only after N fit probes in a row (a spell, not a blip)")
-    ap.add_argument("--fit-after", action="store_true",
-                    help="probe again after each task; drop and re-measure a task the host was not fit through")
-    ap.add_argument("--retakes", type=at_least(0), default=2,
-                    help="with --fit-after: times a task is measured again before the run stops (it resumes)")
+    add_wait_fit(ap, "0 measures at once and records the probe", gate=True)
     ap.add_argument("--optimizer", choices=OPTIMIZERS,
                     help="plan, price and time every task with this fused optimizer instead of its own (a profile "
                          "of that optimizer's data, e.g. one labelled by shardplan collect paired)")
@@ -225,8 +170,7 @@ def main() -> None:
         dropped.append(record)
         save()
 
-    wait = functools.partial(wait_until_fit, profile, 60 * args.wait_fit, streak=args.fit_streak)
-    after = functools.partial(probe, profile) if args.fit_after else None
+    gate = fit_gate(args)
     for path in tqdm(sorted(Path(args.suite).glob("*.json")), desc="tasks"):
         task = load_task(path)
         if task.name in done or args.only_measured:
@@ -238,8 +182,7 @@ def main() -> None:
         except InputError as e:  # no plan, or one our validator refuses (TorchRec's memory count is not ours)
             print(f"{task.name}: {args.searcher} cannot plan it: {e}")
             continue
-        rows += measured_while_fit(functools.partial(task_rows, plan, task, args), wait, after, args.retakes,
-                                   task.name, drop)
+        rows += gate.measure(profile, task.name, functools.partial(task_rows, plan, task, args), drop)
         save()
     df = pd.DataFrame(rows)
     df["pred_ms"] = df.pred_fwd_ms + df.pred_bwd_ms
@@ -273,7 +216,7 @@ def main() -> None:
                     f"{(df.cal_round_spread.median() - 1) * 100:.1f}%): {scores(df.cal_rel_err)}.")
     md = [f"# Predicted vs measured rank compute on {args.searcher} plans of `{args.suite}`", "",
           *provenance(load_before), *resumed_note(done, df.task.nunique(), args.only_measured),
-          *gate_note(args, df, dropped), "",
+          *gate.note(df, dropped), "",
           machine_state_line(df.groupby("task").reference_slowdown.first().dropna().tolist(), probes_by_task(df)), "",
           summary, "",
           "| task | ranks | max shards/rank | MAPE | worst rank error |"

@@ -9,12 +9,16 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .argtypes import at_least
 from .cost.draws import REPLICA_MAX_ROWS, REPLICA_WORLDS, ROW_SHARE, ROW_SPLITS, SetShape
 from .cost.profiles import DEFAULT_PROFILE, Profile
 from .domain import DTYPE_BYTES, OPTIMIZERS
 from .errors import InputError, exit_status
+
+if TYPE_CHECKING:  # imported where used: it loads torch, too slow for --help
+    from .cost.fit_gate import FitGate
 
 COLLECT_POOLS = ("meta_synthetic", "criteo_kaggle", "criteo_terabyte", "mlperf_dlrmv2")
 SEED_HELP = "searchers that draw use it: the same task and seed give the same plan (default %(default)s)"
@@ -399,7 +403,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     suite = Path(args.suite)
     name = args.name or f"bench-{args.profile}-{suite.name}"
     df = run_bench(suite, names, _estimator(args), args.profile, args.rounds, Path(args.out), name, args.seed,
-                   limit=args.limit, pattern=args.tasks, command=command_line(), wait_fit_s=60 * args.wait_fit,
+                   limit=args.limit, pattern=args.tasks, command=command_line(), gate=fit_gate(args),
                    visits=args.visits)
     print(geomean_vs(df).to_string(index=False))
     print(f"wrote {args.out}/{name}.csv and .md")
@@ -664,11 +668,31 @@ def add_refine(parser: argparse.ArgumentParser) -> None:
                              "alone: the timings are recorded in the plan)")
 
 
-def add_wait_fit(parser: argparse.ArgumentParser, zero_or_after: str) -> None:
+def add_wait_fit(parser: argparse.ArgumentParser, zero_or_after: str, gate: bool = False) -> None:
+    """``--wait-fit``; with ``gate``, also the options of a :class:`~shardplan.cost.fit_gate.FitGate` that
+    holds each task to a host fit through it (read back by :func:`fit_gate`)."""
     parser.add_argument("--wait-fit", type=at_least(0, float), default=0.0, metavar="MINUTES",
                         help="before each task, wait up to this long for the machine to reproduce its "
                              f"cost labels (shardplan.cost.fitness); {zero_or_after}; exit 3 when the "
                              "wait runs out (run again to resume)")
+    if not gate:
+        return
+    parser.add_argument("--fit-streak", type=at_least(1), default=1, metavar="N",
+                        help="with --wait-fit: start a task only after N fit probes in a row, a spell rather "
+                             "than a blip (default %(default)s)")
+    parser.add_argument("--fit-after", action="store_true",
+                        help="probe again after each task; drop and measure again a task the machine was not "
+                             "fit through (the results name the drops)")
+    parser.add_argument("--retakes", type=at_least(0), default=2,
+                        help="with --fit-after: times a task is measured again before the run exits 3 "
+                             "(default %(default)s; run again to resume)")
+
+
+def fit_gate(args: argparse.Namespace) -> FitGate:
+    """The gate :func:`add_wait_fit` (``gate=True``) put on the command line."""
+    from .cost.fit_gate import FitGate
+
+    return FitGate(60 * args.wait_fit, args.fit_streak, args.fit_after, args.retakes)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -802,7 +826,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--name", help="result file stem (default bench-<profile>-<suite>)")
     bench.add_argument("--limit", type=at_least(1), help="only the first N tasks of the suite (sorted by name)")
     bench.add_argument("--tasks", default="*.json", help="file-name pattern of the suite's tasks to run")
-    add_wait_fit(bench, "0 measures at once and records the probe")
+    add_wait_fit(bench, "0 measures at once and records the probe", gate=True)
     bench.set_defaults(func=_cmd_bench)
 
     train = with_profile(sub.add_parser("train", help="train the compute-cost model from committed data"),

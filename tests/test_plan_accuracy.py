@@ -6,11 +6,9 @@ import json
 import math
 
 import numpy as np
-import pandas as pd
 import pytest
 
-from shardplan.cost.fitness import Fitness
-from shardplan.errors import InputError, MachineUnfitError
+from shardplan.errors import InputError
 from shardplan.formats import write_json_atomic
 
 
@@ -58,32 +56,3 @@ def test_only_measured_writes_the_part_and_keeps_it_resumable(load_script, tmp_p
     md = (tmp_path / "part.md").read_text()
     assert "Part of a run: only the 1 tasks" in md and "| unseen-b-00 | 1 | 2 | 0.0% | +0.0% | 0.0% | +0.0% |" in md
     assert (tmp_path / "part.partial.json").exists()  # the run can still be resumed
-
-
-def test_a_task_the_host_was_not_fit_through_is_dropped_and_measured_again(load_script) -> None:
-    pa = load_script("bench/plan_accuracy.py")
-    fit, unfit = Fitness(1.02, 1.3, 0.98), Fitness(0.7, 2.5, 0.84)
-    afters = iter([unfit, fit])  # the host left the fit state during the first measurement, not the second
-    measured = []
-
-    def measure() -> list[dict]:
-        measured.append(len(measured))
-        return [{"task": "t", "rank": 0, "cal_fwd_ms": 1.0 + len(measured), "cal_reference_slowdown": 2.2}]
-
-    dropped: list[dict] = []
-    rows = pa.measured_while_fit(measure, lambda: fit, lambda: next(afters), 2, "t", dropped.append)
-    assert measured == [0, 1] and rows[0]["cal_fwd_ms"] == 3.0  # the second measurement's figures
-    assert rows[0]["fit_label_ratio"] == 1.02 and rows[0]["fit_after_reference"] == 1.3
-    assert len(dropped) == 1 and dropped[0]["task"] == "t" and dropped[0]["fit_after_label_ratio"] == 0.7
-    assert dropped[0]["cal_reference_slowdown"] == 2.2  # how slow the reference ran while it was calibrated
-    with pytest.raises(MachineUnfitError, match="t: the probe after it found the host unfit 2 time"):
-        pa.measured_while_fit(measure, lambda: fit, lambda: unfit, 1, "t", dropped.append)
-    assert len(dropped) == 3  # each drop is kept for the results, the run's last included
-    assert pa.measured_while_fit(measure, lambda: None, None, 0, "t", dropped.append)[0]["task"] == "t"  # kept
-    args = _args(fit_streak=2, fit_after=True)
-    note = pa.gate_note(args, pd.DataFrame(rows), dropped)[0]
-    assert note.startswith("Gate: each task started after 2 fit probe(s) in a row, and a probe after it found "
-                           "the host still fit (`--fit-after`; over the 1 tasks kept, stored ranks re-timed at "
-                           "1.02-1.02x their labels, the reference at 1.30-1.30x quiet)")
-    assert "3 measurement(s) of 1 task(s) were dropped" in note
-    assert pa.gate_note(_args(fit_streak=1, fit_after=False), pd.DataFrame(rows), []) == []

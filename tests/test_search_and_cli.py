@@ -382,19 +382,52 @@ def test_bench_measures_and_compares_to_torchrec(tmp_path, task_dict, estimator)
 def test_bench_on_an_unfit_machine_exits_3_and_writes_no_results(tmp_path, task_dict, model_path, monkeypatch,
                                                                  capsys):
     """A wait for a fit machine that runs out is not bad input (exit 2) but 'try later' (exit 3)."""
+    from shardplan.cost import fit_gate
     from shardplan.errors import MachineUnfitError
-    from shardplan.execute import bench
 
-    def never_fit(profile, max_wait_s):
+    def never_fit(profile, max_wait_s, streak=1):
         raise MachineUnfitError("machine not fit to measure after waiting 1 min; run the same command again later")
 
-    monkeypatch.setattr(bench, "wait_until_fit", never_fit)
+    monkeypatch.setattr(fit_gate.fitness, "wait_until_fit", never_fit)
     (tmp_path / "suite").mkdir()
     (tmp_path / "suite" / "t.json").write_text(json.dumps(task_dict))
     rc = main(["bench", "--suite", str(tmp_path / "suite"), "--searchers", "greedy-size", "--wait-fit", "1",
                "--out", str(tmp_path / "out"), "--model", str(model_path)])
     assert rc == 3 and "run the same command again later" in capsys.readouterr().err
     assert not (tmp_path / "out" / "bench-cpu-2c-suite.md").exists()
+
+
+def test_bench_drops_a_task_the_machine_was_not_fit_through_and_keeps_the_drop_across_a_resume(
+        tmp_path, task_dict, model_path, monkeypatch, capsys):
+    """``--fit-after``: a task measured while the machine left its fit state is measured again; a run that
+    stops on it (exit 3) keeps the drop for the start that finishes it, and the results name it."""
+    from shardplan.cost import fit_gate
+    from shardplan.cost.fitness import Fitness
+
+    fit, unfit = Fitness(1.01, 1.2, 1.0), Fitness(0.6, 3.0, 0.8)
+    streaks: list[int] = []
+
+    def wait_until_fit(profile, max_wait_s, streak=1):
+        streaks.append(streak)
+        return fit
+
+    afters = iter([unfit, unfit, fit])  # the first start's only measurement, then the second start's two
+    monkeypatch.setattr(fit_gate.fitness, "wait_until_fit", wait_until_fit)
+    monkeypatch.setattr(fit_gate.fitness, "probe", lambda profile: next(afters))
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "t.json").write_text(json.dumps(task_dict))
+    argv = ["bench", "--suite", str(tmp_path / "suite"), "--searchers", "greedy-size", "--wait-fit", "1",
+            "--fit-streak", "2", "--fit-after", "--out", str(tmp_path / "out"), "--name", "g", "--model",
+            str(model_path)]
+    assert main([*argv, "--retakes", "0"]) == 3 and "unfit 1 time(s) in a row" in capsys.readouterr().err
+    assert len(json.loads((tmp_path / "out" / "g.dropped.json").read_text())["dropped"]) == 1
+    assert main(argv) == 0 and streaks == [2, 2, 2]  # every measurement waited for a spell of two
+    md = (tmp_path / "out" / "g.md").read_text()
+    assert "Gate: each task started after 2 fit probe(s) in a row, and a probe after it found the host still fit" in md
+    assert "2 measurement(s) of 1 task(s) were dropped" in md  # the first start's drop and the second's
+    df = pd.read_csv(tmp_path / "out" / "g.csv")
+    assert (df.fit_after_label_ratio == 1.01).all() and (df.fit_label_ratio == 1.01).all()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["g.csv", "g.md"]  # nothing left to resume
 
 
 def test_geomean_against_the_per_task_best_of_a_family():

@@ -19,6 +19,7 @@ written.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import math
 from dataclasses import replace
@@ -29,7 +30,8 @@ import pandas as pd
 from tqdm import tqdm
 
 from ..cost.estimator import PlanEstimator
-from ..cost.fitness import LABEL_TOLERANCE, TILT_TOLERANCE, Fitness, wait_until_fit
+from ..cost.fit_gate import FitGate
+from ..cost.fitness import LABEL_TOLERANCE, TILT_TOLERANCE, Fitness
 from ..cost.kernel import MEASURE_SLOW_LIMIT, QUIET_TOLERANCE
 from ..cost.profiles import foreign_host_note, get_profile, load1, machine_stamp
 from ..domain import Plan, Task
@@ -101,7 +103,13 @@ def geomean_vs(df: pd.DataFrame, reference: str | tuple[str, ...] = REFERENCE, c
 
 def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profile: str, rounds: int,
               out_dir: Path, name: str, seed: int = 0, limit: int | None = None,
-              pattern: str = "*.json", command: str = "", wait_fit_s: float = 0.0, visits: int = 1) -> pd.DataFrame:
+              pattern: str = "*.json", command: str = "", gate: FitGate = FitGate(), visits: int = 1) -> pd.DataFrame:
+    """Every searcher on every task of ``suite``, measured; ``<name>.csv`` and ``<name>.md`` under ``out_dir``.
+
+    Each task is measured under ``gate`` (the probe before it recorded, by default; :class:`FitGate`). An
+    interrupted run resumes from ``<name>.partial.csv``, the measurements its gate dropped from
+    ``<name>.dropped.json``.
+    """
     tasks = sorted(suite.glob(pattern))[:limit]
     if not tasks:
         raise InputError(str(suite), "holds no task files (*.json)")
@@ -120,26 +128,33 @@ def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profi
     load_before = load1()
     out_dir.mkdir(parents=True, exist_ok=True)
     partial = out_dir / f"{name}.partial.csv"
+    # The default gate's runs resume as they did before the gate could be set (their settings lack it).
     settings = {"suite": str(suite), "searchers": searchers, "profile": profile, "rounds": rounds, "seed": seed,
-                "model": estimator.compute_name, **({"visits": visits} if visits > 1 else {})}
+                "model": estimator.compute_name, **({"visits": visits} if visits > 1 else {}),
+                **(gate.protocol if gate.protocol != FitGate().protocol else {})}
     rows = resumed_rows(partial, settings)
+    drops = out_dir / f"{name}.dropped.json"  # kept beside the partial rows, under the same settings
+    saved = json.loads(drops.read_text()) if drops.exists() else {}
+    dropped: list[dict] = saved["dropped"] if saved.get("settings") == settings else []
+
+    def drop(record: dict) -> None:  # saved at once: a run stopped while it waits keeps its drops
+        dropped.append(record)
+        write_text_atomic(drops, json.dumps({"settings": settings, "dropped": dropped}))
+
+    def measure(task: Task) -> list[dict]:
+        return bench_task(task, searchers, estimator, profile, rounds, seed, visits)[0]
+
     done = {r["task"] for r in rows}
     for task in tqdm(loaded, desc=f"bench {suite.name}"):
-        if task.name in done:
-            continue
-        fitness = wait_until_fit(get_profile(profile), wait_fit_s)
-        task_rows, _ = bench_task(task, searchers, estimator, profile, rounds, seed, visits)
-        if fitness is not None:
-            for row in task_rows:
-                row.update(fitness.columns())
-        rows += task_rows
+        if task.name not in done:
+            rows += gate.measure(get_profile(profile), task.name, functools.partial(measure, task), drop)
         write_text_atomic(partial, pd.DataFrame(rows).to_csv(index=False))
     df = pd.DataFrame(rows)
     df.to_csv(out_dir / f"{name}.csv", index=False)
     write_text_atomic(out_dir / f"{name}.md", bench_markdown(df, suite, profile, rounds, load_before, load1(), command,
-                                                                  visits))
-    partial.unlink(missing_ok=True)
-    partial.with_suffix(".json").unlink(missing_ok=True)
+                                                                  visits, gate.note(df, dropped)))
+    for leftover in (partial, partial.with_suffix(".json"), drops):
+        leftover.unlink(missing_ok=True)
     return df
 
 
@@ -177,7 +192,7 @@ def write_results(df: pd.DataFrame, text: str, out: Path, name: str, partial: Pa
 
 
 def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, load_before: float,
-                   load_after: float, command: str = "", visits: int = 1) -> str:
+                   load_after: float, command: str = "", visits: int = 1, gate_note: list[str] = ()) -> str:
     summary = geomean_vs(df)
     # The model's view of the same ratio: how far the measured figure moved from what the search aimed at.
     predicted = geomean_vs(df, column="predicted_ms").set_index("searcher")[f"geomean_vs_{REFERENCE}"]
@@ -197,7 +212,7 @@ def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, loa
     foreign = foreign_host_note(get_profile(profile))
     lines = [f"# shardplan bench: `{suite}` on profile `{profile}`", "",
              *([f"**Measured on another CPU than the profile's**: {foreign}.", ""] if foreign else []),
-             machine_state_line(_all_slowdowns(df), probes_by_task(df)), "",
+             machine_state_line(_all_slowdowns(df), probes_by_task(df)), "", *gate_note, *([""] if gate_note else []),
              f"Date {dt.date.today()}; {machine_stamp()['cpu_model']}; load {load_before:.2f} before, "
              f"{load_after:.2f} after. Measured = per-rank fwd+bwd compute timed on real FBGEMM kernels "
              f"(median of {rounds} interleaved round(s), each the profile's median of repeats"
