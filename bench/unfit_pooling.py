@@ -7,7 +7,7 @@ three times as far from the fit runs' consensus as any fit run
 depends on what the extra error is. Noise that differs from run to run averages
 out over runs; a bias that the unfit state puts into every run does not.
 
-This script takes two or more runs of one suite made on an unfit host
+This script takes runs of one suite made on an unfit host
 (``--unfit``) and the fit runs of the bar (``--runs-glob``). For every pair of
 runs of the same kind it reports, over the ranks of today's TorchRec plans whose
 fit consensus is ``--short-ms`` or more and whose neighbours, picked from the pool
@@ -21,6 +21,9 @@ ranks by itself: ``bench/gate_failures.py``):
 - how alike their signed gaps are (Spearman). Noise gives about 0, and pooling
   two runs then shrinks the gap by about 1/sqrt(2). A shared bias gives a clear
   positive correlation, and pooling leaves the gap where it was.
+
+Then, over every rank, each run's median signed gap to the fit consensus by
+the rank's size (:data:`BANDS_MS`): where an unfit host's bias lies.
 
 Figures are the runs' (real FBGEMM CPU kernel times, neighbour-calibrated). No
 model is consulted. Prints a table and writes
@@ -51,12 +54,20 @@ from provenance import provenance, write_report
 from unseen_score import suite_runs
 
 
+BANDS_MS = (0.0, 6.0, 10.0, 20.0, float("inf"))  # the short ranks (under 10 ms) split in two; long ones at 20 ms
+BAND_NAMES = [f"{lo:g}-{hi:g} ms" for lo, hi in zip(BANDS_MS, BANDS_MS[1:])]
+
+
+def off(log_gaps: pd.Series) -> float:
+    """The median distance of ratios (given as logs) from 1."""
+    return float(np.median(np.abs(np.expm1(log_gaps))))
+
+
 def pair_row(a: pd.Series, b: pd.Series, consensus: pd.Series) -> dict[str, float]:
     """Two runs' figures on the same ranks against a consensus neither is in: how far they lie from each
     other and from it, alone and pooled, and how alike their signed gaps are (Spearman)."""
     gap_a, gap_b = np.log(a / consensus), np.log(b / consensus)
     pooled = (gap_a + gap_b) / 2  # the geometric mean of the two, against the consensus
-    off = lambda g: float(np.median(np.abs(np.expm1(g))))  # noqa: E731
     return {"ranks": len(consensus), "apart": off(gap_a - gap_b), "gap_a": off(gap_a), "gap_b": off(gap_b),
             "gap_pooled": off(pooled), "signed_a": float(np.median(np.expm1(gap_a))),
             "signed_b": float(np.median(np.expm1(gap_b))),
@@ -78,20 +89,34 @@ def pairs(fit: pd.DataFrame, unfit: pd.DataFrame, kept: pd.Index) -> pd.DataFram
     return pd.DataFrame(rows)
 
 
+def by_size(fit: pd.DataFrame, unfit: pd.DataFrame, consensus: pd.Series) -> pd.DataFrame:
+    """Per run and size band (:data:`BANDS_MS`, of the fit consensus), over every rank: the median signed gap
+    (``signed``), the rank count and both as a table cell. A fit run is held against the others, an unfit run
+    against all the fit runs."""
+    bands = pd.cut(consensus, BANDS_MS, right=False)
+    rows = []
+    for kind, runs in (("fit", fit), ("unfit", unfit)):
+        for run in runs.columns:
+            against = consensus_ms(fit.drop(columns=[run])) if kind == "fit" else consensus
+            gap = np.expm1(np.log(runs[run] / against.reindex(runs.index))).dropna()
+            for band, g in gap.groupby(bands.reindex(gap.index), observed=True):
+                rows.append({"kind": kind, "run": run, "band": BAND_NAMES[BANDS_MS.index(band.left)], "ranks": len(g),
+                             "signed": float(g.median()), "cell": f"{100 * g.median():+.1f}% ({len(g)})"})
+    return pd.DataFrame(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="cpu-2c-nested")
     ap.add_argument("--suite", type=Path, required=True)
     ap.add_argument("--unfit", type=Path, nargs="+", required=True,
-                    help="two or more plan_accuracy.py --calibrate runs (CSV or .partial.json) of the suite made "
-                         "on an unfit host")
+                    help="plan_accuracy.py --calibrate runs (CSV or .partial.json) of the suite made on an "
+                         "unfit host (two or more to pair them)")
     ap.add_argument("--runs-glob", default="plan-accuracy-{profile}-{suite}-calibrated-*.csv",
                     help="the fit runs (default the bar's, old pool)")
     ap.add_argument("--searcher", default="torchrec")
     add_report_args(ap, "ranks whose fit consensus is shorter are left out")
     args = ap.parse_args()
-    if len(args.unfit) < 2:
-        raise InputError("--unfit", f"got {len(args.unfit)} run", "give two or more runs to pair")
     load_before = load1()
     est = load_estimator(args.profile)
     ranks = suite_ranks(args.suite, args.searcher, est)
@@ -99,12 +124,15 @@ def main() -> None:
     if fit.shape[1] < 3:
         raise InputError("--runs-glob", f"{fit.shape[1]} fit run(s) of today's plans of {args.suite}",
                          "pairs of fit runs need a third to hold them against: give a glob of 3 or more")
-    unfit = {}
+    unfit, gated = {}, []
     for path in args.unfit:
         df = read_run(path)
         unfit[path.stem] = pd.Series((df.cal_fwd_ms + df.cal_bwd_ms).to_numpy(),
                                      index=pd.MultiIndex.from_arrays([df.task, df["rank"]]))
+        if "cal_labels" in df:  # recorded since the calibration pool keeps only labels that passed the gate
+            gated.append(path.stem)
     unfit = pd.DataFrame(unfit)
+    fit = fit.rename(columns=lambda p: Path(p).stem)
     consensus = consensus_ms(fit)
     old = OldNeighbours(get_profile(args.profile))
     kept = pd.Index([k for k in consensus.index if consensus[k] >= args.short_ms and k in unfit.dropna().index
@@ -112,7 +140,7 @@ def main() -> None:
     if kept.empty:
         raise InputError("--unfit", "no rank measured by every run passes the filters",
                          "give runs of today's plans of the suite")
-    table = pairs(fit.rename(columns=lambda p: Path(p).stem), unfit, kept)
+    table = pairs(fit, unfit, kept)
     summary = table.groupby("kind")[["apart", "gap_a", "gap_b", "gap_pooled", "alike"]].median()
     pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
     md = [f"# Do unfit runs err alike? `{args.suite.name}` on `{args.profile}`", "",
@@ -125,7 +153,22 @@ def main() -> None:
     for kind, r in summary.iterrows():
         md.append(f"| {kind} ({int((table.kind == kind).sum())}) | {pct(r.apart)} | "
                   f"{pct(np.median([r.gap_a, r.gap_b]))} | {pct(r.gap_pooled)} | {r.alike:+.2f} |")
-    md += ["", "Per pair:", "", table.to_markdown(index=False, floatfmt=".3f"), ""]
+    gaps = np.log(unfit.loc[kept]).sub(np.log(consensus.loc[kept]), axis=0)
+    pooled, alone = gaps.mean(axis=1), np.expm1(gaps.abs().median())  # the mean of logs: the geometric mean
+    many = unfit.shape[1] > 1
+    pooled_line = ((f"All {unfit.shape[1]} unfit runs pooled (geometric mean per rank): " if many else
+                    "The unfit run: ") + f"{pct(off(pooled))} from the consensus of all {fit.shape[1]} fit runs "
+                   f"(signed median {pct(np.expm1(pooled).median())})"
+                   + (f"; each alone {pct(alone.min())}-{pct(alone.max())}." if many else "."))
+    sizes = (by_size(fit, unfit, consensus).pivot(index="run", columns="band", values="cell")
+             .reindex(columns=BAND_NAMES).dropna(axis=1, how="all"))
+    md += ["", pooled_line, "",
+           "By size, over every rank (no filter): each run's median signed gap to the fit consensus (leave one "
+           "out for a fit run) and its rank count. Unfit runs on the gated calibration pool: "
+           f"{', '.join(f'`{g}`' for g in gated) or 'none'}; the others and the fit runs share the pool from before "
+           "the gate, which put ranks with a failed neighbour a median 4% lower (session 66).", "",
+           sizes.to_markdown(),
+           "", "Per pair:", "", table.to_markdown(index=False, floatfmt=".3f"), ""]
     write_report(args.out, f"unfit-pooling-{args.name}", md, table)
 
 

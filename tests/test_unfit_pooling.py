@@ -36,3 +36,15 @@ def test_pair_row_reads_gaps_as_ratios(load_script) -> None:
     assert row["gap_a"] == pytest.approx(0.10) and row["signed_b"] == pytest.approx(-0.10)
     assert row["gap_pooled"] == pytest.approx(1 - (1.1 * 0.9) ** 0.5)  # the geometric mean of the two
     assert row["apart"] == pytest.approx(1.1 / 0.9 - 1)
+
+
+def test_by_size_finds_a_bias_on_short_ranks_alone(load_script) -> None:
+    up = load_script("bench/unfit_pooling.py")
+    rng = np.random.default_rng(1)
+    truth = np.r_[rng.uniform(2, 6, 20), rng.uniform(12, 40, 80)]
+    fit = _runs(rng, truth, ["f1", "f2", "f3"], 0.005)
+    unfit = _runs(rng, truth, ["u1"], 0.005, np.where(truth < 6, 1.2, 1.0))  # short ranks read 20% high
+    table = up.by_size(fit, unfit, up.consensus_ms(fit)).set_index(["run", "band"])
+    assert table.loc[("u1", "0-6 ms"), "signed"] == pytest.approx(0.2, abs=0.01)
+    assert table.loc[("u1", "0-6 ms"), "ranks"] == 20 and ("u1", "6-10 ms") not in table.index  # no such ranks
+    assert abs(table.loc[("u1", "20-inf ms"), "signed"]) < 0.01 and abs(table.loc[("f2", "0-6 ms"), "signed"]) < 0.01
