@@ -150,11 +150,9 @@ def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profi
             rows += gate.measure(get_profile(profile), task.name, functools.partial(measure, task), drop)
         write_text_atomic(partial, pd.DataFrame(rows).to_csv(index=False))
     df = pd.DataFrame(rows)
-    df.to_csv(out_dir / f"{name}.csv", index=False)
-    write_text_atomic(out_dir / f"{name}.md", bench_markdown(df, suite, profile, rounds, load_before, load1(), command,
-                                                                  visits, gate.note(df, dropped)))
-    for leftover in (partial, partial.with_suffix(".json"), drops):
-        leftover.unlink(missing_ok=True)
+    write_results(df, bench_markdown(df, suite, profile, rounds, load_before, load1(), command, visits,
+                                     gate.note(df, dropped)), out_dir, name, partial)
+    drops.unlink(missing_ok=True)
     return df
 
 
