@@ -557,6 +557,9 @@ def test_fitness_probe_compares_retimed_ranks_with_their_labels(monkeypatch):
     monkeypatch.setattr(fitness, "probe", probe_then_change)
     f = fitness.wait_until_fit(prof, max_wait_s=300, poll_s=30, streak=2)
     assert f.fit and next(speeds, None) is None  # the blip did not count: it waited for two fit probes in a row
+    speeds = iter([1.0])  # a fit probe just before (a task's after-probe) opens the row: one more completes it
+    assert fitness.wait_until_fit(prof, max_wait_s=300, poll_s=30, streak=2, carried=1).fit
+    assert next(speeds, None) is None
 
 
 def test_retime_pairs_rows_with_the_source_and_resumes(tmp_path):

@@ -16,8 +16,8 @@ def _host(monkeypatch, before, afters) -> list[tuple]:
     """Probes as scripted: ``before`` for every wait, ``afters`` in turn for the probes after a task."""
     waits: list[tuple] = []
 
-    def wait_until_fit(profile, max_wait_s, streak=1):
-        waits.append((max_wait_s, streak))
+    def wait_until_fit(profile, max_wait_s, streak=1, carried=0):
+        waits.append((max_wait_s, streak, carried))
         return before
 
     afters = iter(afters)
@@ -37,7 +37,7 @@ def test_a_task_the_host_was_not_fit_through_is_dropped_and_measured_again(monke
     dropped: list[dict] = []
     gate = FitGate(wait_s=600, streak=2, after=True, retakes=2)
     rows = gate.measure(None, "t", measure, dropped.append)
-    assert waits == [(600, 2), (600, 2)]  # every measurement, the retake too, waits for a spell
+    assert waits == [(600, 2, 0), (600, 2, 0)]  # every measurement, the retake too, waits for a spell
     assert measured == [0, 1] and rows[0]["cal_fwd_ms"] == 3.0  # the second measurement's figures
     assert rows[0]["fit_label_ratio"] == 1.02 and rows[0]["fit_after_reference"] == 1.3
     assert len(dropped) == 1 and dropped[0]["task"] == "t" and dropped[0]["fit_after_label_ratio"] == 0.7
@@ -63,6 +63,16 @@ def test_without_an_after_probe_the_task_is_kept_with_the_probe_before_it(monkey
     _host(monkeypatch, UNFIT, [])
     rows = FitGate().measure(None, "t", lambda: [{"task": "t", "rank": 0}], lambda d: pytest.fail("dropped"))
     assert rows[0]["fit_label_ratio"] == 0.7  # wait_s 0 measures anyway and records what the probe found
+
+
+def test_a_task_kept_opens_the_next_tasks_row_of_fit_probes_and_a_drop_does_not(monkeypatch) -> None:
+    waits = _host(monkeypatch, FIT, [FIT, UNFIT, FIT, FIT])
+    gate, kept = FitGate(wait_s=600, streak=2, after=True), []
+    for task in ("a", "b", "c"):
+        kept += gate.measure(None, task, lambda: [{"task": task}], lambda d: None)
+    # a: nothing before it; b: a's after-probe; b's retake: nothing (its first take was dropped); c: b's.
+    assert [w[2] for w in waits] == [0, 1, 0, 1]
+    assert [r["task"] for r in kept] == ["a", "b", "c"]
 
 
 @pytest.mark.parametrize("field, value", [("wait_s", -1.0), ("streak", 0), ("retakes", -1)])

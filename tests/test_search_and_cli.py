@@ -385,7 +385,7 @@ def test_bench_on_an_unfit_machine_exits_3_and_writes_no_results(tmp_path, task_
     from shardplan.cost import fit_gate
     from shardplan.errors import MachineUnfitError
 
-    def never_fit(profile, max_wait_s, streak=1):
+    def never_fit(profile, max_wait_s, streak=1, carried=0):
         raise MachineUnfitError("machine not fit to measure after waiting 1 min; run the same command again later")
 
     monkeypatch.setattr(fit_gate.fitness, "wait_until_fit", never_fit)
@@ -407,7 +407,7 @@ def test_bench_drops_a_task_the_machine_was_not_fit_through_and_keeps_the_drop_a
     fit, unfit = Fitness(1.01, 1.2, 1.0), Fitness(0.6, 3.0, 0.8)
     streaks: list[int] = []
 
-    def wait_until_fit(profile, max_wait_s, streak=1):
+    def wait_until_fit(profile, max_wait_s, streak=1, carried=0):
         streaks.append(streak)
         return fit
 

@@ -6,6 +6,9 @@ ones (blips), and a task measured after such a blip lay as far from the fit runs
 run's tasks do (docs/cost-model.md, session 67). A :class:`FitGate` holds a task to a spell instead. It
 starts the task only after ``streak`` fit probes in a row. With ``after``, it probes again once the task
 is measured, and where that probe finds the host unfit it drops the figures and measures the task again.
+Where it finds the host fit, that probe opens the next task's row: a spell that lasts through a task needs
+one probe, not ``streak``, before the next (on ``cpu-2c-nested``, half a minute of each task's three or
+four; its fit spells seldom last a quarter of an hour).
 
     gate = FitGate(wait_s=1200, streak=2, after=True)
     rows = gate.measure(profile, task.name, lambda: measure_task(task), dropped.append)
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -24,7 +27,7 @@ from .fitness import Fitness
 from .profiles import Profile
 
 
-@dataclass(frozen=True)
+@dataclass
 class FitGate:
     """When a task may be measured, and when its figures are kept.
 
@@ -37,6 +40,8 @@ class FitGate:
     streak: int = 1
     after: bool = False
     retakes: int = 2
+    # Fit probes in a row taken since the last measurement: the after-probe of a task kept, else none.
+    _carried: int = field(default=0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for name, value, least in (("wait_s", self.wait_s, 0), ("streak", self.streak, 1),
@@ -60,9 +65,11 @@ class FitGate:
         stopped while it waits keeps it. Raises :class:`MachineUnfitError` when a wait or the retakes run out.
         """
         for _ in range(self.retakes + 1):
-            before = fitness.wait_until_fit(profile, self.wait_s, streak=self.streak)
+            carried, self._carried = self._carried, 0
+            before = fitness.wait_until_fit(profile, self.wait_s, streak=self.streak, carried=carried)
             rows = measure()
             later = fitness.probe(profile) if self.after else None
+            self._carried = int(later is not None and later.fit)
             probes = {**(before.columns() if before else {}), **(later.columns("fit_after_") if later else {})}
             if later is None or later.fit:
                 return [{**r, **probes} for r in rows]

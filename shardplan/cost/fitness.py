@@ -218,8 +218,11 @@ def probe(profile: Profile) -> Fitness | None:
     return Fitness(short / factor, factor, tilt)
 
 
-def wait_until_fit(profile: Profile, max_wait_s: float, poll_s: float = POLL_S, streak: int = 1) -> Fitness | None:
+def wait_until_fit(profile: Profile, max_wait_s: float, poll_s: float = POLL_S, streak: int = 1,
+                   carried: int = 0) -> Fitness | None:
     """Probe until ``streak`` probes in a row (``poll_s`` apart) find the machine fit, for up to ``max_wait_s``.
+    ``carried`` fit probes were taken just before the call with nothing measured since (a task's probe after
+    it): they start the row, so the first probe here may complete it.
 
     A streak above 1 waits for a spell rather than a blip: on 2026-11-29 the ``cpu-2c-nested`` guest passed
     single probes between unfit ones, and the tasks measured after such a pass were calibrated with the
@@ -231,7 +234,7 @@ def wait_until_fit(profile: Profile, max_wait_s: float, poll_s: float = POLL_S, 
     f = probe(profile)
     if f is None or max_wait_s <= 0:
         return f
-    fits = int(f.fit)  # fit probes in a row so far
+    fits = carried + 1 if f.fit else 0  # fit probes in a row so far
     if fits >= streak:
         return f
     waited = 0.0  # time slept between probes (each probe adds a few seconds more)
