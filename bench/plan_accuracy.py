@@ -42,6 +42,7 @@ from tqdm import tqdm
 from shardplan.argtypes import at_least
 from shardplan.cli import add_wait_fit, fit_gate
 from shardplan.cost.estimator import load_estimator
+from shardplan.cost.fit_gate import FitGate
 from shardplan.cost.profiles import get_profile, load1
 from shardplan.cost.specs import ShardSpec, canonical, rank_specs, specs_to_json
 from shardplan.domain import OPTIMIZERS, Plan, Task
@@ -60,13 +61,14 @@ def rank_signature(specs: list[ShardSpec]) -> str:
     return hashlib.sha1(specs_to_json(list(canonical(specs))).encode()).hexdigest()[:12]
 
 
-# What a run measured, and which tasks its gate admitted: a run resumes only under the same.
-RESUME_KEYS = ("suite", "profile", "searcher", "rounds", "visits", "optimizer", "calibrate", "fit_streak", "fit_after")
+# What a run measured; with the gate's protocol, which tasks it admitted: a run resumes only under the same.
+MEASURE_KEYS = ("suite", "profile", "searcher", "rounds", "visits", "optimizer", "calibrate")
+RESUME_KEYS = (*MEASURE_KEYS, *FitGate().protocol)
 
 
 def protocol(args: argparse.Namespace) -> dict[str, object]:
     """What a run measured (:data:`RESUME_KEYS`), as its partial file records it."""
-    return {k: getattr(args, k) for k in RESUME_KEYS}
+    return {**{k: getattr(args, k) for k in MEASURE_KEYS}, **fit_gate(args).protocol}
 
 
 def resumed(partial: Path, args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
