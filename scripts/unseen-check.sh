@@ -13,7 +13,8 @@
 # measured are kept (bench/plan_accuracy.py resumes):
 # the same call with STAMP set to the stopped run's stamp (its file name's YYYYMMDDTHHMM) goes on from them.
 # A stopped gated run's partial file (bench/results/*.partial.json, git-ignored) is worth committing with
-# `git add -f`: on a guest fit an hour a day its tasks are scarce, and a clone on another machine resumes from it.
+# `git add -f`: on a guest seldom fit (a tenth of the probes, 2026-11-29) its tasks are scarce, and a clone on
+# another machine resumes from it.
 # About 25 minutes a run of `unseen-d` on the Xeon; every run's results file stays under bench/results/ with
 # the machine's state in it.
 #
