@@ -103,13 +103,15 @@ def geomean_vs(df: pd.DataFrame, reference: str | tuple[str, ...] = REFERENCE, c
 
 def run_bench(suite: Path, searchers: list[str], estimator: PlanEstimator, profile: str, rounds: int,
               out_dir: Path, name: str, seed: int = 0, limit: int | None = None,
-              pattern: str = "*.json", command: str = "", gate: FitGate = FitGate(), visits: int = 1) -> pd.DataFrame:
+              pattern: str = "*.json", command: str = "", gate: FitGate | None = None, visits: int = 1
+              ) -> pd.DataFrame:
     """Every searcher on every task of ``suite``, measured; ``<name>.csv`` and ``<name>.md`` under ``out_dir``.
 
-    Each task is measured under ``gate`` (the probe before it recorded, by default; :class:`FitGate`). An
+    Each task is measured under ``gate`` (default ``FitGate()``: the probe before it recorded). An
     interrupted run resumes from ``<name>.partial.csv``, the measurements its gate dropped from
     ``<name>.dropped.json``.
     """
+    gate = FitGate() if gate is None else gate  # a fresh one a run: a gate carries its last probe from task to task
     tasks = sorted(suite.glob(pattern))[:limit]
     if not tasks:
         raise InputError(str(suite), "holds no task files (*.json)")
