@@ -15,7 +15,11 @@ A run is resumable: every finished task's rows go to
 ``--name``) measures only the tasks not in it; the partial file goes when the
 results are written. So a ``--wait-fit`` that runs out on a host that is only
 fit now and then loses nothing but the wait. ``--only-measured`` writes the
-results of the tasks measured so far and measures no more.
+results of the tasks measured so far and measures no more; ``--tasks A,B`` measures
+only the tasks named (in that order), writes the tasks measured so far and
+keeps the partial file, so a few tasks of interest (say, the ranks an earlier
+pool missed) can be measured first by every run of a suite and each run
+still resumed later for the rest.
 
 On a host that is fit only in blips, two options hold a task to a host fit
 through it: ``--fit-streak N`` starts it only after N fit probes in a row, and
@@ -92,12 +96,14 @@ def resumed(partial: Path, args: argparse.Namespace) -> tuple[list[dict], list[d
     return rows, dropped
 
 
-def resumed_note(done: set[str], tasks: int, only_measured: bool) -> list[str]:
-    """The results file's word that tasks were measured by an earlier start (none when none were)."""
-    if only_measured:
-        return [f"Part of a run: only the {len(done)} tasks an earlier start of the same command measured "
-                "(`--only-measured`; the suite's other tasks are not in this file, and the run can still be "
-                "resumed). The date and load above are this call's; each task's probe is its own."]
+def resumed_note(done: set[str], tasks: int, part: bool) -> list[str]:
+    """The results file's word that ``tasks`` tasks were measured by more than this start (none when all were
+    this start's); ``part`` where the file holds only the tasks measured so far (``--only-measured``,
+    ``--tasks``)."""
+    if part:
+        return [f"Part of a run: only the {tasks} tasks the starts of the same command have measured so far "
+                "(`--only-measured` or `--tasks`; the suite's other tasks are not in this file, and the run can "
+                "still be resumed). The date and load above are this call's; each task's probe is its own."]
     if not done:
         return []
     return [f"Resumed: {len(done)} of the {tasks} tasks were measured by an earlier start of the same command "
@@ -132,7 +138,29 @@ def task_rows(plan: Plan, task: Task, args: argparse.Namespace) -> list[dict]:
             if m.compute_ms > 0]
 
 
-def main() -> None:
+def task_names(text: str) -> list[str]:
+    """``--tasks``: comma-separated task names, each once."""
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of distinct task names")
+    return names
+
+
+def suite_paths(suite: Path, tasks: list[str]) -> list[Path]:
+    """The suite's task files, sorted; or where ``tasks`` names some, those files in that order."""
+    paths = sorted(suite.glob("*.json"))
+    if not tasks:
+        return paths
+    by_name = {p.stem: p for p in paths}
+    unknown = [t for t in tasks if t not in by_name]
+    if unknown:
+        raise InputError("--tasks", f"{', '.join(unknown)}: no such task file in {suite}",
+                         f"name tasks of the suite by their file names without .json (e.g. {paths[0].stem})"
+                         if paths else "give a --suite that holds task files")
+    return [by_name[t] for t in tasks]
+
+
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", default="data/tasks/unseen-a")
     ap.add_argument("--profile", default="cpu-2c")
@@ -149,7 +177,14 @@ def main() -> None:
                     help="also time every rank beside labelled stored ranks like it (neighbour calibration)")
     ap.add_argument("--only-measured", action="store_true",
                     help="write the results of the tasks an earlier start of this --name measured; measure none")
-    args = ap.parse_args()
+    ap.add_argument("--tasks", type=task_names, default=[],
+                    help="comma-separated task names: measure only these, in this order, and keep the partial file "
+                         "so the run can be resumed for the rest")
+    return ap
+
+
+def main() -> None:
+    args = build_parser().parse_args()
     est = load_estimator(args.profile)
     searcher = get_searcher(args.searcher)
     out = Path(args.out)
@@ -173,7 +208,7 @@ def main() -> None:
         save()
 
     gate = fit_gate(args)
-    for path in tqdm(sorted(Path(args.suite).glob("*.json")), desc="tasks"):
+    for path in tqdm(suite_paths(Path(args.suite), args.tasks), desc="tasks"):
         task = load_task(path)
         if task.name in done or args.only_measured:
             continue
@@ -186,6 +221,10 @@ def main() -> None:
             continue
         rows += gate.measure(profile, task.name, functools.partial(task_rows, plan, task, args), drop)
         save()
+    if not rows:
+        raise InputError("--tasks" if args.tasks else "--suite", f"{args.searcher} planned no task measured",
+                         "name tasks it can plan")
+    part = args.only_measured or bool(args.tasks)
     df = pd.DataFrame(rows)
     df["pred_ms"] = df.pred_fwd_ms + df.pred_bwd_ms
     df["meas_ms"] = df.meas_fwd_ms + df.meas_bwd_ms
@@ -217,7 +256,7 @@ def main() -> None:
                     f"reference {df.cal_reference_slowdown.median():.2f}x quiet; a rank's rounds differ by a median "
                     f"{(df.cal_round_spread.median() - 1) * 100:.1f}%): {scores(df.cal_rel_err)}.")
     md = [f"# Predicted vs measured rank compute on {args.searcher} plans of `{args.suite}`", "",
-          *provenance(load_before), *resumed_note(done, df.task.nunique(), args.only_measured),
+          *provenance(load_before), *resumed_note(done, df.task.nunique(), part),
           *gate.note(df, dropped), "",
           machine_state_line(df.groupby("task").reference_slowdown.first().dropna().tolist(), probes_by_task(df)), "",
           summary, "",
@@ -228,7 +267,7 @@ def main() -> None:
            + " | ".join(f"{r[f'mape_{e}'] * 100:.1f}% | {r[f'worst_{e}'] * 100:+.1f}%" for e in errs) + " |"
            for t, r in per_task.iterrows()]
     write_text_atomic(out / f"{stem}.md", "\n".join(md) + "\n")
-    if not args.only_measured:  # a part written out can still be resumed
+    if not part:  # a part written out can still be resumed
         partial.unlink(missing_ok=True)
     print("\n".join(md))
 

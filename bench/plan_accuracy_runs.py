@@ -117,11 +117,12 @@ def predicted_ms(est: PlanEstimator, ranks: dict[RankKey, list[ShardSpec]]) -> p
 
 
 def pooled_runs(runs: dict[str, pd.DataFrame], ranks: dict[RankKey, list[ShardSpec]], measured: str,
-                neighbours_by: str = ",".join(FEATURES)) -> tuple[pd.DataFrame, list[str]]:
+                neighbours_by: str = ",".join(FEATURES), whole: bool = True) -> tuple[pd.DataFrame, list[str]]:
     """The runs that measured exactly today's plans (each rank's shard signature, or for runs written
     before signatures its shard count) with the ``measured`` column (and, for ``cal_ms``, neighbours
     chosen by ``neighbours_by``): their figures, one column per run indexed by (task, rank), and the
-    names of the runs dropped."""
+    names of the runs dropped. With ``whole=False`` a run that measured only some of the tasks (one part
+    way, or of ``plan_accuracy.py --tasks``) is kept too, NaN at the ranks it did not measure."""
     kept, dropped = {}, []
     for name, df in runs.items():
         keys = list(zip(df.task, df["rank"]))
@@ -129,7 +130,8 @@ def pooled_runs(runs: dict[str, pd.DataFrame], ranks: dict[RankKey, list[ShardSp
                 if "rank_signature" in df else all(len(ranks.get(k, ())) == n for k, n in zip(keys, df.shards)))
         by = str(df.cal_features.iloc[0]) if "cal_features" in df else ",".join(EARLIER_FEATURES)
         one_instrument = measured != "cal_ms" or by == neighbours_by
-        if same and set(keys) == set(ranks) and measured in df and one_instrument:
+        covers = set(keys) == set(ranks) if whole else bool(keys)  # ``same`` holds every key among ``ranks``
+        if same and covers and measured in df and one_instrument:
             kept[name] = df.set_index(["task", "rank"])[measured]
         else:
             dropped.append(name)

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from shardplan.argtypes import at_least
 from shardplan.cost.estimator import PlanEstimator, load_estimator
 from shardplan.cost.profiles import load1
 from shardplan.domain import OPTIMIZERS
@@ -54,15 +55,18 @@ def suite_runs(suite: Path, profile: str, runs_glob: str, results: Path = Path("
 
 
 def suite_consensus(suite: Path, profile: str, searcher: str, runs_glob: str, est: PlanEstimator,
-                    results: Path = Path("bench/results"), optimizer: str | None = None
+                    results: Path = Path("bench/results"), optimizer: str | None = None, min_runs: int | None = None
                     ) -> tuple[dict, pd.DataFrame, int]:
     """One suite's ranks (their shards; each task trained with ``optimizer`` where given), both instruments'
-    consensus per rank, and how many runs were pooled."""
+    consensus per rank, and how many runs were pooled. With ``min_runs``, runs that measured only part of the
+    suite are pooled too, and the consensus holds only the ranks ``min_runs`` or more of them measured."""
     runs = suite_runs(suite, profile, runs_glob, results)
     ranks = suite_ranks(suite, searcher, est, optimizer)
     columns, counts = {}, set()
     for column, measured in INSTRUMENTS.items():
-        meas, dropped = pooled_runs(runs, ranks, measured)
+        meas, dropped = pooled_runs(runs, ranks, measured, whole=min_runs is None)
+        if min_runs is not None:
+            meas = meas[meas.notna().sum(axis=1) >= min_runs]
         if meas.empty:
             raise InputError("--runs-glob", f"no run of {suite} measured today's {searcher} plans with `{measured}` "
                              f"(dropped: {dropped})", "measure the suite again with bench/plan_accuracy.py --calibrate")
@@ -83,6 +87,9 @@ def main() -> None:
                     help="the tasks' fused optimizer, as the runs were planned with (plan_accuracy.py --optimizer)")
     ap.add_argument("--runs-glob", default="plan-accuracy-{profile}-{suite}-calibrated-*.csv",
                     help="the runs of a suite under bench/results ({profile} and {suite} filled in)")
+    ap.add_argument("--min-runs", type=at_least(1),
+                    help="pool runs that measured only part of a suite too (gated runs part way, runs of "
+                         "plan_accuracy.py --tasks), and score only the ranks this many of them measured")
     add_report_args(ap, "ranks calibrated under this many ms are reported apart")
     args = ap.parse_args()
     for m in args.models:
@@ -95,8 +102,9 @@ def main() -> None:
     frames, pooled = [], []
     for suite in args.suites:
         ranks, consensus, n_runs = suite_consensus(suite, args.profile, args.searcher, args.runs_glob, committed,
-                                                   optimizer=args.optimizer)
-        pooled.append(f"`{suite.name}` {n_runs}")
+                                                   optimizer=args.optimizer, min_runs=args.min_runs)
+        pooled.append(f"`{suite.name}` {n_runs}" + ("" if args.min_runs is None else
+                      f" ({len(consensus)} of its {len(ranks)} ranks measured by {args.min_runs} or more)"))
         for name, est in models.items():
             df = consensus.assign(predicted_ms=predicted_ms(est, ranks).reindex(consensus.index))
             frames.append(df.rename_axis(["task", "rank"]).reset_index().assign(model=name, suite=suite.name))

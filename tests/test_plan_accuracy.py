@@ -56,3 +56,34 @@ def test_only_measured_writes_the_part_and_keeps_it_resumable(load_script, tmp_p
     md = (tmp_path / "part.md").read_text()
     assert "Part of a run: only the 1 tasks" in md and "| unseen-b-00 | 1 | 2 | 0.0% | +0.0% | 0.0% | +0.0% |" in md
     assert (tmp_path / "part.partial.json").exists()  # the run can still be resumed
+
+
+def test_tasks_measures_the_named_tasks_in_order_and_keeps_the_run_resumable(load_script, tmp_path,
+                                                                           monkeypatch) -> None:
+    pa = load_script("bench/plan_accuracy.py")
+    base = ["plan_accuracy.py", "--suite", "data/tasks/unseen-b", "--profile", "cpu-2c-nested", "--name", "part",
+            "--out", str(tmp_path)]
+    monkeypatch.setattr("sys.argv", [*base, "--tasks", "unseen-b-01,unseen-b-99"])
+    with pytest.raises(InputError, match=r"--tasks: unseen-b-99: no such task file in data/tasks/unseen-b"):
+        pa.main()
+    with pytest.raises(SystemExit):  # a name twice is a usage error
+        pa.build_parser().parse_args(["--tasks", "unseen-b-01,unseen-b-01"])
+    measured = []
+
+    def rows(plan, task, args) -> list[dict]:  # the rows of a rank measured at 10 ms, as predicted
+        measured.append(task.name)
+        return [{"task": task.name, "rank": 0, "tables": len(task.tables), "shards": 1, "rank_signature": "abc",
+                 "pred_fwd_ms": 4.0, "pred_bwd_ms": 6.0, "meas_fwd_ms": 4.0, "meas_bwd_ms": 6.0,
+                 "reference_slowdown": 1.0}]
+
+    monkeypatch.setattr(pa, "task_rows", rows)
+    monkeypatch.setattr("shardplan.cost.fit_gate.fitness.wait_until_fit", lambda *a, **k: None)  # no probe
+    monkeypatch.setattr("sys.argv", [*base, "--tasks", "unseen-b-02,unseen-b-00"])
+    pa.main()
+    assert measured == ["unseen-b-02", "unseen-b-00"]
+    assert "Part of a run: only the 2 tasks" in (tmp_path / "part.md").read_text()
+    monkeypatch.setattr("sys.argv", [*base, "--tasks", "unseen-b-00,unseen-b-01"])
+    pa.main()  # resumed: the task measured already is not measured again
+    assert measured == ["unseen-b-02", "unseen-b-00", "unseen-b-01"]
+    saved = json.loads((tmp_path / "part.partial.json").read_text())
+    assert [r["task"] for r in saved["rows"]] == measured  # kept for the rest of the suite

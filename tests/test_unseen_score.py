@@ -46,3 +46,33 @@ def test_a_paired_profiles_runs_are_planned_with_its_optimizer(load_script, tmp_
     assert ranks and {k[0] for k in ranks} == {"cpu-bench-00"}
     with pytest.raises(InputError, match="optimizer"):
         runs_mod.suite_ranks(suite, "torchrec", estimator)
+
+
+def test_runs_of_part_of_a_suite_pool_only_with_min_runs(load_script, tmp_path) -> None:
+    """A run that measured some tasks (gated, part way; ``plan_accuracy.py --tasks``) is left out of the
+    whole-suite pool; with ``min_runs`` it counts, and only the ranks that many runs measured are scored."""
+    estimator = load_estimator("cpu-2c")
+    score = load_script("bench/unseen_score.py")
+    runs_mod = load_script("bench/plan_accuracy_runs.py")
+    suite = tmp_path / "mini"
+    suite.mkdir()
+    for name in ("cpu-bench-00", "cpu-bench-01"):
+        shutil.copy(f"data/tasks/cpu-bench/{name}.json", suite)
+    ranks = runs_mod.suite_ranks(suite, "torchrec", estimator)
+    assert {k[0] for k in ranks} == {"cpu-bench-00", "cpu-bench-01"}
+    for i, (level, tasks) in enumerate([(1.0, ("cpu-bench-00", "cpu-bench-01")), (2.0, ("cpu-bench-00",)),
+                                        (4.0, ("cpu-bench-00",))]):
+        keys = sorted(k for k in ranks if k[0] in tasks)
+        pd.DataFrame({"task": [k[0] for k in keys], "rank": [k[1] for k in keys],
+                      "rank_signature": [runs_mod.rank_signature(ranks[k]) for k in keys],
+                      "cal_ms": [level] * len(keys), "meas_ms": [level] * len(keys),
+                      "cal_features": ",".join(FEATURES)}).to_csv(tmp_path / f"runs-mini-{i}.csv", index=False)
+    consensus = {}
+    for min_runs in (None, 1, 2, 3):
+        _, consensus[min_runs], n_runs = score.suite_consensus(suite, "p", "torchrec", "runs-{suite}-*.csv",
+                                                               estimator, results=tmp_path, min_runs=min_runs)
+        assert n_runs == (1 if min_runs is None else 3)
+    assert len(consensus[None]) == len(ranks) and set(consensus[None].calibrated_ms) == {1.0}  # the whole run
+    ours = consensus[1].calibrated_ms  # the first task in all three runs (median 2), the second in one (1)
+    assert {t: set(g) for t, g in ours.groupby(level=0)} == {"cpu-bench-00": {2.0}, "cpu-bench-01": {1.0}}
+    assert consensus[2].equals(consensus[3]) and set(consensus[3].index.get_level_values(0)) == {"cpu-bench-00"}
