@@ -15,6 +15,8 @@
 # A stopped gated run's partial file (bench/results/*.partial.json, git-ignored) is worth committing with
 # `git add -f`: on a guest seldom fit (a tenth of the probes, 2026-11-29) its tasks are scarce, and a clone on
 # another machine resumes from it.
+# FIRST (comma-separated task names, e.g. unseen-d-14,unseen-d-23): measured in every run before any run
+# measures the rest (plan_accuracy.py --tasks), so the ranks an earlier pool missed are timed thrice first.
 # About 25 minutes a run of `unseen-d` on the Xeon; every run's results file stays under bench/results/ with
 # the machine's state in it.
 #
@@ -33,16 +35,22 @@ runs=${3:-2}
 name=$(basename "$suite")
 stamp=${STAMP:-$(date -u +%Y%m%dT%H%M)}
 .venv/bin/shardplan profiles --probe | tail -2
-files=()
-for i in $(seq 1 "$runs"); do
-  # "gated": calibrated against labels that passed the quiet gate only (since session 66); the bar's runs
-  # before it pooled a neighbour set that could hold failed ones, so the two are pooled apart
-  run="plan-accuracy-$profile-$name-gated-calibrated-$stamp-$i"
+measure() {  # measure RUN [plan_accuracy.py options...]: one gated, calibrated run (resumed where it stopped)
   # one core for the timing, the allocator kept from returning memory mid-timing (the labels' protocol)
   MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 taskset -c 1 \
     .venv/bin/python bench/plan_accuracy.py --suite "$suite" --profile "$profile" --rounds 2 --visits 4 \
-      --calibrate --wait-fit "${WAIT_FIT:-30}" --fit-streak "${FIT_STREAK:-2}" --fit-after --name "$run"
-  files+=("bench/results/$run.csv")
+      --calibrate --wait-fit "${WAIT_FIT:-30}" --fit-streak "${FIT_STREAK:-2}" --fit-after --name "$@"
+}
+# "gated": calibrated against labels that passed the quiet gate only (since session 66); the bar's runs
+# before it pooled a neighbour set that could hold failed ones, so the two are pooled apart
+run_name() { echo "plan-accuracy-$profile-$name-gated-calibrated-$stamp-$1"; }
+if [ -n "${FIRST:-}" ]; then
+  for i in $(seq 1 "$runs"); do measure "$(run_name "$i")" --tasks "$FIRST"; done
+fi
+files=()
+for i in $(seq 1 "$runs"); do
+  measure "$(run_name "$i")"
+  files+=("bench/results/$(run_name "$i").csv")
 done
 .venv/bin/shardplan profiles --probe | tail -2
 .venv/bin/python bench/plan_accuracy_runs.py --suite "$suite" --profile "$profile" --measured cal_ms \
