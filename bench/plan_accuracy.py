@@ -222,8 +222,8 @@ def main() -> None:
         rows += gate.measure(profile, task.name, functools.partial(task_rows, plan, task, args), drop)
         save()
     if not rows:
-        raise InputError("--tasks" if args.tasks else "--suite", f"{args.searcher} planned no task measured",
-                         "name tasks it can plan")
+        raise InputError("--tasks" if args.tasks else "--suite",
+                         f"no task was measured: {args.searcher} could plan none of them", "name tasks it can plan")
     part = args.only_measured or bool(args.tasks)
     df = pd.DataFrame(rows)
     df["pred_ms"] = df.pred_fwd_ms + df.pred_bwd_ms
