@@ -178,8 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--only-measured", action="store_true",
                     help="write the results of the tasks an earlier start of this --name measured; measure none")
     ap.add_argument("--tasks", type=task_names, default=[],
-                    help="comma-separated task names: measure only these, in this order, and keep the partial file "
-                         "so the run can be resumed for the rest")
+                    help="comma-separated task file names without .json (e.g. unseen-d-14): measure only these, in "
+                         "this order, and keep the partial file so the run can be resumed for the rest")
     return ap
 
 

@@ -67,6 +67,10 @@ def suite_consensus(suite: Path, profile: str, searcher: str, runs_glob: str, es
         meas, dropped = pooled_runs(runs, ranks, measured, whole=min_runs is None)
         if min_runs is not None:
             meas = meas[meas.notna().sum(axis=1) >= min_runs]
+            if meas.empty and len(meas.columns):  # runs pooled, but too few measured any one rank
+                raise InputError("--min-runs", f"no rank of {suite} was measured by {min_runs} or more of the "
+                                 f"{len(meas.columns)} run(s) pooled",
+                                 "give a smaller --min-runs, or measure more runs")
         if meas.empty:
             raise InputError("--runs-glob", f"no run of {suite} measured today's {searcher} plans with `{measured}` "
                              f"(dropped: {dropped})", "measure the suite again with bench/plan_accuracy.py --calibrate")

@@ -76,3 +76,5 @@ def test_runs_of_part_of_a_suite_pool_only_with_min_runs(load_script, tmp_path) 
     ours = consensus[1].calibrated_ms  # the first task in all three runs (median 2), the second in one (1)
     assert {t: set(g) for t, g in ours.groupby(level=0)} == {"cpu-bench-00": {2.0}, "cpu-bench-01": {1.0}}
     assert consensus[2].equals(consensus[3]) and set(consensus[3].index.get_level_values(0)) == {"cpu-bench-00"}
+    with pytest.raises(InputError, match="--min-runs: no rank of .* by 4 or more of the 3 run"):
+        score.suite_consensus(suite, "p", "torchrec", "runs-{suite}-*.csv", estimator, results=tmp_path, min_runs=4)
