@@ -442,6 +442,9 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
         return 0
     if args.like or args.description:
         raise InputError("--like" if args.like else "--description", "only goes with --new NAME")
+    if args.profile and not (args.probe or args.host_reference):
+        raise InputError("--profile", "only goes with --probe or --host-reference",
+                         "add the one it is for, or leave out --profile")
     if args.show:
         print(_profile_progress(args.show))
         return 0
@@ -464,7 +467,7 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     for name, tags, state, text in rows:
         print(f"{name:<{width}}{tags:<20}{state:<{state_width}}{text}")
     if args.probe:
-        print(_probe_note(here))
+        print(_probe_note(_probe_target(args.profile, here)))
     if args.host_reference:
         print(_host_reference_note(args.profile))
     return 0
@@ -529,6 +532,19 @@ def _host_reference_note(profile_name: str | None) -> str:
             "(or auto)")
 
 
+def _probe_target(name: str | None, here: Profile | None) -> Profile | None:
+    """The profile ``profiles --probe`` re-times: ``--profile``'s, else the one ``run`` measures with
+    (``$SHARDPLAN_PROFILE``'s, else this host's own). A CPU name can be two machines' (``cpu-2c`` and
+    ``cpu-2c-nested`` are both 'AMD EPYC'), so which of them this host runs like is asked by naming each."""
+    import os
+
+    from .cost.profiles import PROFILE_ENV, get_profile
+
+    if name:
+        return get_profile(name)
+    return get_profile(DEFAULT_PROFILE) if os.environ.get(PROFILE_ENV) else here
+
+
 def _probe_note(profile: Profile | None) -> str:
     """``profiles --probe``: whether this host runs its profile's stored ranks as fast as their labels say.
     A CPU's name does not tell two machines apart (session 39's AMD EPYC guest ran ``cpu-2c``'s stored ranks
@@ -538,7 +554,14 @@ def _probe_note(profile: Profile | None) -> str:
 
     if profile is None:
         raise InputError("--probe", "this host's CPU has no profile of its own to probe",
-                         "collect one (shardplan collect compute --profile <name>), or leave out --probe")
+                         "name one with --profile, collect one (shardplan collect compute --profile <name>), "
+                         "or leave out --probe")
+    if profile.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InputError("--profile", f"{profile.name!r} is a GPU profile and this machine has no CUDA device "
+                             "to re-time its ranks on", "probe a CPU profile here, or run it on the GPU machine")
     fitness = probe(profile)
     if fitness is None:
         return f"probe ({profile.name}): the profile has no stored plan ranks to re-time"
@@ -766,12 +789,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("searchers", help="list the searchers").set_defaults(func=_cmd_searchers)
     prof = sub.add_parser("profiles", help="list the hardware profiles and which one this host is")
     prof.add_argument("--probe", action="store_true",
-                      help="also re-time a few of this host's profile's stored plan ranks (about 15 s) and say "
-                           "whether this machine runs them as their labels say")
+                      help="also re-time a few of this host's profile's stored plan ranks (or --profile's; about "
+                           "15 s) and say whether this machine runs them as their labels say")
     prof.add_argument("--host-reference", action="store_true",
                       help="time the reference workload on this machine's GPU, the figure --host-reference-ms "
                            "prices a GPU profile at (with --profile)")
-    prof.add_argument("--profile", default=None, help="the GPU profile --host-reference is for")
+    prof.add_argument("--profile", default=None,
+                      help="with --probe: the profile to re-time (default: the one `run` measures with, "
+                           "$SHARDPLAN_PROFILE's or this host's); with --host-reference: the GPU profile it is for")
     prof.add_argument("--new", metavar="NAME", help="add a profile of this machine under data/profiles/NAME/ "
                       "(profile.json and a README of what to collect), with --like's protocol and budgets")
     prof.add_argument("--like", metavar="PROFILE", help="with --new: the profile to copy (e.g. cpu-2c, h100)")

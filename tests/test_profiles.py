@@ -316,3 +316,32 @@ def test_a_weight_type_without_cost_data_is_refused_rather_than_priced_as_fp32()
         shardplan.plan(shardplan.load_task({**shardplan.formats.task_to_dict(shardplan.make_task(tables, 2)),
                                             "dtype": "fp16"}), searcher="greedy-size")
     assert "fp32" in str(e.value)
+
+
+def test_the_probe_retimes_the_profile_named_else_the_one_run_measures_with(host, monkeypatch, capsys):
+    """Two profiles share this CPU's name (``cpu-2c``, ``cpu-2c-nested``): ``profiles --probe`` asks of the one
+    ``--profile`` names, else of ``$SHARDPLAN_PROFILE``'s, else of this host's own; ``--profile`` without
+    ``--probe`` or ``--host-reference`` is refused rather than ignored."""
+    from shardplan import cli
+    from shardplan.cost import fitness
+    from shardplan.cost.fitness import Fitness
+
+    probed = []
+    monkeypatch.setattr(fitness, "probe", lambda p: probed.append(p.name) or Fitness(1.0, 1.0, 1.0))
+    host(AMD)
+    here = profiles.host_profile().name
+    monkeypatch.delenv(profiles.PROFILE_ENV, raising=False)
+    assert main(["profiles", "--probe"]) == 0 and probed == [here]
+    assert main(["profiles", "--probe", "--profile", "cpu-2c-xeon"]) == 0 and probed[-1] == "cpu-2c-xeon"
+    assert "probe (cpu-2c-xeon): stored ranks re-timed at 1.00x" in capsys.readouterr().out
+    monkeypatch.setenv(profiles.PROFILE_ENV, "cpu-2c")
+    monkeypatch.setattr(cli, "DEFAULT_PROFILE", "cpu-2c")  # as read at import under that environment
+    assert main(["profiles", "--probe"]) == 0 and probed[-1] == "cpu-2c"
+    assert main(["profiles", "--probe", "--profile", "no-such"]) == 2
+    assert main(["profiles", "--profile", "cpu-2c"]) == 2
+    assert "--profile" in capsys.readouterr().err and len(probed) == 3
+    import torch
+
+    if not torch.cuda.is_available():
+        assert main(["profiles", "--probe", "--profile", "h100"]) == 2
+        assert "no CUDA device" in capsys.readouterr().err and len(probed) == 3
