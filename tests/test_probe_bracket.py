@@ -1,0 +1,72 @@
+"""bench/probe_bracket.py: plan ranks measured one at a time between fitness probes, each measurement written
+with both probes, and the gate applied afterwards on the probes alone."""
+from __future__ import annotations
+
+import argparse
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from shardplan.cost import fitness
+from shardplan.cost.fitness import Fitness
+from shardplan.errors import InputError
+
+TASK = "data/tasks/cpu-bench/cpu-bench-00.json"
+
+
+def test_targets_are_named_ranks_of_the_plan_and_a_bad_one_is_refused(load_script) -> None:
+    pb = load_script("bench/probe_bracket.py")
+    assert pb.parse_target(f"{TASK}:0,2") == (pb.Path(TASK), [0, 2])
+    for bad in (TASK, f"{TASK}:x", f"{TASK}:-1", ":1"):
+        with pytest.raises(argparse.ArgumentTypeError, match="TASK_FILE:RANK,RANK"):
+            pb.parse_target(bad)
+    targets = pb.plan_targets([(pb.Path(TASK), [0, 1])], "cpu-2c", "torchrec")
+    assert [(t.task, t.rank) for t in targets] == [("cpu-bench-00", 0), ("cpu-bench-00", 1)]
+    assert all(t.specs and t.predicted_ms > 0 and len(t.signature) == 12 for t in targets)
+    with pytest.raises(InputError, match="rank 99 holds no shards"):
+        pb.plan_targets([(pb.Path(TASK), [99])], "cpu-2c", "torchrec")
+    with pytest.raises(InputError, match="no task file"):
+        pb.plan_targets([(pb.Path("nowhere.json"), [0])], "cpu-2c", "torchrec")
+
+
+def test_each_measurement_is_written_between_two_probes_and_a_start_goes_on_in_turn(load_script, monkeypatch,
+                                                                                   tmp_path) -> None:
+    """The probe after one measurement is the probe before the next; a second start appends, next target in turn."""
+    pb = load_script("bench/probe_bracket.py")
+    targets = pb.plan_targets([(pb.Path(TASK), [0, 1])], "cpu-2c", "torchrec")
+    ratios = iter([1.0, 1.3, 1.0, 1.0, 1.0, 1.0])  # fit, unfit, then fit
+    monkeypatch.setattr(fitness, "probe", lambda p: Fitness(next(ratios), 1.0, 1.0))
+    monkeypatch.setattr(pb, "calibrated_timing", lambda specs, *a, **k: SimpleNamespace(
+        fwd_ms=1.0, bwd_ms=2.0 * len(specs), factor=1.1, passes=1, reference_slowdown=1.2))
+    clock = iter([0.0, 0.0, 1.0, 2.0, 99.0, 0.0, 0.0, 99.0])  # start, then before each measurement
+    monkeypatch.setattr(pb, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    out = tmp_path / "m.csv"
+    pb.measure(targets, "cpu-2c", 1.0, out)
+    df = pd.read_csv(out)
+    assert list(df["rank"]) == [0, 1, 0]
+    assert list(df.before_label_ratio) == [1.0, 1.3, 1.0] and list(df.after_label_ratio) == [1.3, 1.0, 1.0]
+    assert list(pb.bracket(df)) == ["one fit", "one fit", "both fit"]
+    pb.measure(targets, "cpu-2c", 1.0, out)  # a second start: the next target in turn
+    assert list(pd.read_csv(out)["rank"]) == [0, 1, 0, 1]
+
+
+def test_the_report_holds_measurements_to_the_runs_consensus_by_their_probes(load_script, tmp_path) -> None:
+    pb = load_script("bench/probe_bracket.py")
+    t = pb.plan_targets([(pb.Path(TASK), [0])], "cpu-2c", "torchrec")[0]
+    for i, ms in enumerate((9.0, 10.0, 11.0)):  # runs of the same plan: consensus 10 ms; one of another plan
+        pd.DataFrame({"task": [t.task, t.task], "rank": [0, 0], "rank_signature": [t.signature, "other"],
+                      "cal_ms": [ms, 50.0]}).to_csv(tmp_path / f"run-{i}.csv", index=False)
+    runs = sorted(tmp_path.glob("run-*.csv"))
+    assert pb.consensus([t], runs).to_dict("records") == [
+        {"task": t.task, "rank": 0, "consensus_ms": pytest.approx(10.0), "consensus_runs": 3}]
+    probe = lambda ratio, prefix: Fitness(ratio, 1.0, 1.0).columns(prefix)  # noqa: E731
+    rows = pd.DataFrame([{"at": "2026-12-01 20:00:00", "task": t.task, "rank": 0, "predicted_ms": t.predicted_ms,
+                          "cal_ms": ms, "cal_factor": 1.0, "passes": 1, "cal_reference_slowdown": 1.0,
+                          **probe(b, pb.BEFORE), **probe(a, pb.AFTER)}
+                         for ms, b, a in ((10.5, 1.0, 1.0), (13.0, 1.3, 1.0), (14.0, 1.3, 1.3))])
+    md, df = pb.report(rows, [t], runs)
+    assert list(df.bracket) == ["both fit", "one fit", "neither"]
+    assert list(df.gap) == pytest.approx([0.05, 0.3, 0.4])
+    text = "\n".join(md)
+    assert "1 of 3 between two fit probes" in text and "| 10 ms or more | both fit |" in text
