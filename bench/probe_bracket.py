@@ -23,7 +23,9 @@ the committed model prices each rank. A run is resumable: the measurements go to
 with the next target in turn. The report (``probe-bracket-<name>.{md,csv}``) is written at the end of
 each start, and alone with ``--report``. Measured: real FBGEMM CPU kernel times, neighbour-calibrated;
 predicted: the committed neural model of ``--profile``; consensus: the median (log space) over the
-committed runs ``--runs-glob`` names of the same rank of the same plan.
+committed runs ``--runs-glob`` names of the same rank of the same plan. ``--apart`` reports some targets in
+a group of their own: the bar's misses, whose consensus the old pool's failed labels may have moved
+(``bench/results/gate-shift-cpu-2c-nested-s66.md``), beside controls whose neighbours all passed.
 
     MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 taskset -c 1 .venv/bin/python \\
       bench/probe_bracket.py --profile cpu-2c-nested --minutes 90 --name s72 \\
@@ -160,14 +162,18 @@ def bracket(df: pd.DataFrame) -> pd.Series:
     return pd.Series(np.where(both, "both fit", np.where(one, "one fit", "neither")), index=df.index)
 
 
-def report(df: pd.DataFrame, targets: list[Target], runs: list[Path]) -> tuple[list[str], pd.DataFrame]:
-    """The measurements against the consensus, by their probes and by rank length; per target, the model
+def report(df: pd.DataFrame, targets: list[Target], runs: list[Path], apart: frozenset[tuple[str, int]] = frozenset()
+           ) -> tuple[list[str], pd.DataFrame]:
+    """The measurements against the consensus, by their probes and by rank length (the ranks ``apart``, as
+    (task, rank), in a group of their own: say, those whose consensus is in question); per target, the model
     against the measurements between fit probes."""
     df = df.merge(consensus(targets, runs), on=["task", "rank"], how="left")
     df["bracket"] = bracket(df)
     df["gap"] = df.cal_ms / df.consensus_ms - 1  # from the fit runs' consensus
     df["length"] = np.where(df.consensus_ms < SHORT_MS, f"under {SHORT_MS:g} ms", f"{SHORT_MS:g} ms or more")
-    df["probe_ratio"] = np.sqrt(df[f"{BEFORE}label_ratio"] * df[f"{AFTER}label_ratio"])
+    df.loc[[(t, r) in apart for t, r in zip(df.task, df["rank"])], "length"] = "held apart"
+    for what in ("label_ratio", "tilt"):  # the two probes' geometric mean
+        df[f"probe_{what}"] = np.sqrt(df[f"{BEFORE}{what}"] * df[f"{AFTER}{what}"])
 
     def gaps(g: pd.DataFrame) -> dict[str, object]:
         a = g.gap.abs()
@@ -179,7 +185,7 @@ def report(df: pd.DataFrame, targets: list[Target], runs: list[Path]) -> tuple[l
     # Over all measurements, not only the gated ones: does the probes' level say how far a measurement lies?
     ok = df.dropna(subset=["gap"])
     corr = {name: float(np.corrcoef(np.log1p(ok.gap), np.log(ok[col]))[0, 1]) if len(ok) > 2 else np.nan
-            for name, col in (("the probes' label ratio", "probe_ratio"),
+            for name, col in (("the probes' label ratio", "probe_label_ratio"), ("their tilt", "probe_tilt"),
                               ("the in-measurement reference", "cal_reference_slowdown"))}
     per = []
     for t in targets:
@@ -218,6 +224,8 @@ def main() -> None:
     ap.add_argument("--runs-glob", default="plan-accuracy-{profile}-{suite}-calibrated-*.csv",
                     help="the committed runs whose consensus each measurement is held against ({profile} and "
                          "{suite} filled in; default the bar's fit runs)")
+    ap.add_argument("--apart", nargs="*", type=parse_target, default=[], metavar="TASK_FILE:RANK,RANK",
+                    help="targets reported in a group of their own (e.g. ranks whose consensus is in question)")
     ap.add_argument("--name", required=True, help="results file stem: probe-bracket-NAME")
     ap.add_argument("--out", default="bench/results", type=Path)
     args = ap.parse_args()
@@ -231,7 +239,8 @@ def main() -> None:
         raise InputError("--report", f"nothing measured yet ({raw} does not exist)", "measure first (without --report)")
     suites = sorted({path.parent.name for path, _ in args.targets})
     runs = sorted(p for s in suites for p in args.out.glob(args.runs_glob.format(profile=args.profile, suite=s)))
-    body, df = report(pd.read_csv(raw), targets, runs)
+    apart = frozenset((load_task(path).name, r) for path, ranks in args.apart for r in ranks)
+    body, df = report(pd.read_csv(raw), targets, runs, apart)
     md = [f"# The bar's instrument between fitness probes: {args.name}", "",
           *provenance(load_before, f". Consensus: {len(runs)} committed runs (`{args.runs_glob}`). Measured: real "
                       "FBGEMM CPU kernel times, neighbour-calibrated, one rank at a time, each between two fitness "
