@@ -182,21 +182,25 @@ def report(df: pd.DataFrame, targets: list[Target], runs: list[Path], apart: fro
 
     by = pd.DataFrame([{"ranks": length, "probes": b, **gaps(g)}
                        for (length, b), g in df.dropna(subset=["gap"]).groupby(["length", "bracket"])])
-    # Over all measurements, not only the gated ones: does the probes' level say how far a measurement lies?
-    ok = df.dropna(subset=["gap"])
-    corr = {name: float(np.corrcoef(np.log1p(ok.gap), np.log(ok[col]))[0, 1]) if len(ok) > 2 else np.nan
+    # Over all measurements, not only the gated ones: does the host's state at a measurement, as the probes or the
+    # measurement itself read it, say whether it came out high or low? Each against its own target's median (log
+    # space), so that a target's offset from its consensus does not count as a state.
+    log_ms = np.log(df.cal_ms)
+    deviation = log_ms - log_ms.groupby([df.task, df["rank"]]).transform("median")
+    corr = {name: float(np.corrcoef(deviation, np.log(df[col]))[0, 1]) if len(df) > 2 else np.nan
             for name, col in (("the probes' label ratio", "probe_label_ratio"), ("their tilt", "probe_tilt"),
-                              ("the in-measurement reference", "cal_reference_slowdown"))}
+                              ("the in-measurement reference", "cal_reference_slowdown"),
+                              ("the neighbours' factor (how slow the guest ran them)", "cal_factor"))}
     per = []
     for t in targets:
         g = df[(df.task == t.task) & (df["rank"] == t.rank)]
         fit = g[g.bracket == "both fit"]
-        gmean = lambda s: float(np.exp(np.log(s).median())) if len(s) else np.nan  # noqa: E731
+        log_median = lambda s: float(np.exp(np.log(s).median())) if len(s) else np.nan  # noqa: E731
         per.append({"task": t.task, "rank": t.rank, "predicted_ms": t.predicted_ms,
                     "consensus_ms": g.consensus_ms.iloc[0] if len(g) else np.nan,
                     "runs": int(g.consensus_runs.iloc[0]) if len(g) else 0,
-                    "measurements": len(g), "median_ms": gmean(g.cal_ms), "between_fit": len(fit),
-                    "median_between_fit_ms": gmean(fit.cal_ms)})
+                    "measurements": len(g), "median_ms": log_median(g.cal_ms), "between_fit": len(fit),
+                    "median_between_fit_ms": log_median(fit.cal_ms)})
     per = pd.DataFrame(per)
     per["error, all"] = per.predicted_ms / per.median_ms - 1
     per["error, between fit"] = per.predicted_ms / per.median_between_fit_ms - 1
@@ -208,7 +212,7 @@ def report(df: pd.DataFrame, targets: list[Target], runs: list[Path], apart: fro
     md = ["Measurements from the consensus, by the probes around each and the rank's length "
           f"({span}; {int((df.bracket == 'both fit').sum())} of {len(df)} between two fit probes):", "",
           by.to_markdown(index=False) if len(by) else "(none with a consensus)", "",
-          "Over every measurement, the correlation of log(measured over consensus) with: "
+          "Over every measurement, the correlation of its log ms less its rank's median with: "
           + "; ".join(f"{k} {v:+.2f}" for k, v in corr.items()) + ".", "",
           "Per target (error: predicted over measured, minus 1):", "", shown.round(2).to_markdown(index=False)]
     return md, df
