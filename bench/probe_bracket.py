@@ -208,10 +208,17 @@ def report(df: pd.DataFrame, targets: list[Target], runs: list[Path], apart: fro
     shown = per.copy()
     for c in ("error, all", "error, between fit", "error, consensus"):
         shown[c] = [f"{100 * x:+.1f}%" if x == x else "" for x in shown[c]]
+    # Does a pass last? A gate that waits for a streak assumes it does; on a host where it does not, a pass
+    # after a pass is no likelier than any pass.
+    fit_before = np.array([Fitness.from_columns(r, BEFORE).fit for r in df.itertuples()], dtype=bool)
+    both = int((df.bracket == "both fit").sum())
+    memory = (f"Probes: {len(df) + 1}, of which {fit_before.mean():.0%} before a measurement passed; after "
+              f"{fit_before.sum()} that passed, the next passed {both / max(fit_before.sum(), 1):.0%}." if len(df)
+              else "")
     span = f"{df['at'].min()} to {df['at'].max()} UTC" if len(df) else "nothing measured"
     md = ["Measurements from the consensus, by the probes around each and the rank's length "
           f"({span}; {int((df.bracket == 'both fit').sum())} of {len(df)} between two fit probes):", "",
-          by.to_markdown(index=False) if len(by) else "(none with a consensus)", "",
+          by.to_markdown(index=False) if len(by) else "(none with a consensus)", "", memory, "",
           "Over every measurement, the correlation of its log ms less its rank's median with: "
           + "; ".join(f"{k} {v:+.2f}" for k, v in corr.items()) + ".", "",
           "Per target (error: predicted over measured, minus 1):", "", shown.round(2).to_markdown(index=False)]

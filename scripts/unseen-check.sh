@@ -15,6 +15,9 @@
 # A stopped gated run's partial file (bench/results/*.partial.json, git-ignored) is worth committing with
 # `git add -f`: on a guest seldom fit (a tenth of the probes, 2026-11-29) its tasks are scarce, and a clone on
 # another machine resumes from it.
+# The gate assumes a host fit in spells. On one whose fit probes are chance blips (the cpu-2c-nested guest on
+# 2026-12-01: a probe 8 s after a fit one passed 12% of the time, any probe 11%) it starts almost nothing and
+# selects nothing: ten minutes of bench/probe_bracket.py first says which kind of host this is.
 # FIRST (comma-separated task names, e.g. unseen-d-14,unseen-d-23): measured in every run before any run
 # measures the rest (plan_accuracy.py --tasks), so the ranks an earlier pool missed are timed thrice first.
 # About 25 minutes a run of `unseen-d` on the Xeon; every run's results file stays under bench/results/ with

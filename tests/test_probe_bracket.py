@@ -70,5 +70,6 @@ def test_the_report_holds_measurements_to_the_runs_consensus_by_their_probes(loa
     assert list(df.gap) == pytest.approx([0.05, 0.3, 0.4])
     text = "\n".join(md)
     assert "1 of 3 between two fit probes" in text and "| 10 ms or more | both fit |" in text
+    assert "Probes: 4, of which 33% before a measurement passed; after 1 that passed, the next passed 100%." in text
     _, df = pb.report(rows, [t], runs, frozenset({(t.task, 0)}))
     assert set(df.length) == {"held apart"}
