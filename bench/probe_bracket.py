@@ -3,7 +3,7 @@
 The gated runs of issue 2's last bar (``plan_accuracy.py --fit-streak 2 --fit-after``) hold a whole task,
 three or four minutes, to a guest fit by the fitness probe (:mod:`shardplan.cost.fitness`) before and
 after it. The ``cpu-2c-nested`` guest passes that probe in blips of one probe, 30 s apart, so a task
-seldom starts and is seldom kept (sessions 68-71: 4 tasks kept in about 1,000 probes). A rank is the
+seldom starts and is seldom kept (sessions 68-71: 3 tasks kept in about a thousand probes). A rank is the
 instrument's own unit, though: one neighbour-calibrated timing of one rank
 (:func:`shardplan.cost.calibration.calibrated_timing`, as :func:`measure_plan_calibrated` takes each
 rank's round) takes seconds.
@@ -15,7 +15,8 @@ one run shows, for measurements whose probes were fit and for those whose probes
 lies from the ranks' consensus over the bar's fit runs. If a measurement between two fit probes lies
 from that consensus as a fit run does (on ranks of 10 ms or more, a median 1.5-2.4%) and the others as
 unfit runs do (4-5%), a gate on single ranks can take the bar's measurements on this guest; if the two
-lie alike, the probe does not tell a fit moment from an unfit one at this scale.
+lie alike, the probe does not tell a fit moment from an unfit one at this scale (so it was on 2026-12-01:
+a pass had no memory 8 s on, and the measurements did not follow the probes; docs/cost-model.md, session 72).
 
 Targets are plan ranks, ``TASK_FILE:RANK,RANK``: TorchRec plans each task as the bar's runs did, and
 the committed model prices each rank. A run is resumable: the measurements go to

@@ -7,6 +7,7 @@ written nothing. Output files are written atomically.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -433,6 +434,9 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     from .cost.profiles import (BROKEN_PROFILES, DEFAULT_KIND, PROFILES, host_cpu, host_profiles, measured_on_this_cpu,
                                 model_kinds, new_profile)
 
+    if args.profile and not (args.probe or args.host_reference):
+        raise InputError("--profile", "only goes with --probe or --host-reference",
+                         "add the one it is for, or leave out --profile")
     if args.new:
         if not args.like:
             raise InputError("--like", "--new needs the profile whose protocol and budgets to copy",
@@ -442,9 +446,6 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
         return 0
     if args.like or args.description:
         raise InputError("--like" if args.like else "--description", "only goes with --new NAME")
-    if args.profile and not (args.probe or args.host_reference):
-        raise InputError("--profile", "only goes with --probe or --host-reference",
-                         "add the one it is for, or leave out --profile")
     if args.show:
         print(_profile_progress(args.show))
         return 0
@@ -536,8 +537,6 @@ def _probe_target(name: str | None, here: Profile | None) -> Profile | None:
     """The profile ``profiles --probe`` re-times: ``--profile``'s, else the one ``run`` measures with
     (``$SHARDPLAN_PROFILE``'s, else this host's own). A CPU name can be two machines' (``cpu-2c`` and
     ``cpu-2c-nested`` are both 'AMD EPYC'), so which of them this host runs like is asked by naming each."""
-    import os
-
     from .cost.profiles import PROFILE_ENV, get_profile
 
     if name:
