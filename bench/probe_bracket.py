@@ -23,8 +23,9 @@ the committed model prices each rank. A run is resumable: the measurements go to
 ``bench/results/probe-bracket-<name>.measurements.csv`` as they are taken, and the same command goes on
 with the next target in turn. The report (``probe-bracket-<name>.{md,csv}``) is written at the end of
 each start, and alone with ``--report``. Measured: real FBGEMM CPU kernel times, neighbour-calibrated;
-predicted: the committed neural model of ``--profile``; consensus: the median (log space) over the
-committed runs ``--runs-glob`` names of the same rank of the same plan. ``--apart`` reports some targets in
+predicted: the committed neural model of ``--profile``; consensus: the bar's own, per rank the median
+(log space) over the committed runs of its suite that ``--runs-glob`` names and that measured today's plans
+(:func:`unseen_score.suite_consensus`). ``--apart`` reports some targets in
 a group of their own: the bar's misses, whose consensus the old pool's failed labels may have moved
 (``bench/results/gate-shift-cpu-2c-nested-s66.md``), beside controls whose neighbours all passed.
 
@@ -59,6 +60,7 @@ from shardplan.search import get_searcher
 from plan_accuracy import rank_signature  # siblings: bench/ is on sys.path when run
 from pooled import TOLERANCE
 from provenance import provenance, write_report
+from unseen_score import suite_consensus
 
 BEFORE, AFTER = "before_", "after_"  # the probes' column prefixes (Fitness.columns)
 SHORT_MS = 10.0  # under it the instrument has a floor of its own (README, "The cpu-2c-nested unseen bar")
@@ -66,8 +68,10 @@ SHORT_MS = 10.0  # under it the instrument has a floor of its own (README, "The 
 
 @dataclass(frozen=True)
 class Target:
-    """One plan rank to measure: its task, its shards and what the committed model prices it at."""
+    """One plan rank to measure: its suite (the task file's folder) and task, its shards and what the committed
+    model prices it at."""
 
+    suite: Path
     task: str
     rank: int
     specs: list[ShardSpec]
@@ -106,26 +110,23 @@ def plan_targets(given: list[tuple[Path, list[int]]], profile: str, searcher: st
                 raise InputError("--targets", f"{task.name} rank {r} holds no shards in {searcher}'s plan",
                                  f"name ranks of {[i for i, s in enumerate(specs) if s]}")
             (fwd, bwd), = est.rank_compute([specs[r]])
-            targets.append(Target(task.name, r, specs[r], task.optimizer, task.dtype, rank_signature(specs[r]),
-                                  fwd + bwd))
+            targets.append(Target(path.parent, task.name, r, specs[r], task.optimizer, task.dtype,
+                                  rank_signature(specs[r]), fwd + bwd))
     return targets
 
 
-def consensus(targets: list[Target], runs: list[Path]) -> pd.DataFrame:
-    """Per target, the median (log space) of ``cal_ms`` over the runs that measured the same rank of the same
-    plan (its shard signature), and how many did."""
-    found: dict[tuple[str, int], list[float]] = {(t.task, t.rank): [] for t in targets}
-    wanted = {(t.task, t.rank): t.signature for t in targets}
-    for path in runs:
-        df = pd.read_csv(path)
-        if "cal_ms" not in df or "rank_signature" not in df:
-            continue
-        for row in df.itertuples():
-            key = (row.task, int(row.rank))
-            if wanted.get(key) == row.rank_signature:
-                found[key].append(float(row.cal_ms))
-    return pd.DataFrame([{"task": k[0], "rank": k[1], "consensus_ms": float(np.exp(np.median(np.log(v))))
-                          if v else np.nan, "consensus_runs": len(v)} for k, v in found.items()])
+def consensus(targets: list[Target], profile: str, searcher: str, runs_glob: str, results: Path) -> pd.DataFrame:
+    """Per target, the bar's calibrated consensus over its suite's committed runs (``runs_glob`` under
+    ``results``; :func:`unseen_score.suite_consensus`: runs of today's plans by one instrument, the median per
+    rank in log space), the suite's name and how many runs it pools."""
+    est = load_estimator(profile)
+    frames = []
+    for suite in sorted({t.suite for t in targets}):
+        _, cons, n_runs = suite_consensus(suite, profile, searcher, runs_glob, est, results)
+        frames.append(cons.calibrated_ms.rename("consensus_ms").rename_axis(["task", "rank"]).reset_index()
+                      .assign(suite=suite.name, consensus_runs=n_runs))
+    keys = pd.DataFrame({"task": [t.task for t in targets], "rank": [t.rank for t in targets]})
+    return keys.merge(pd.concat(frames, ignore_index=True), on=["task", "rank"], how="left")
 
 
 def measure(targets: list[Target], profile_name: str, minutes: float, out: Path) -> None:
@@ -156,20 +157,24 @@ def measure(targets: list[Target], profile_name: str, minutes: float, out: Path)
             before = after
 
 
-def bracket(df: pd.DataFrame) -> pd.Series:
+def probe_fit(df: pd.DataFrame, prefix: str) -> np.ndarray:
+    """Whether each measurement's probe of ``prefix`` (:data:`BEFORE`, :data:`AFTER`) found the host fit."""
+    return np.array([Fitness.from_columns(r, prefix).fit for r in df.itertuples()], dtype=bool)
+
+
+def bracket(fit_before: np.ndarray, fit_after: np.ndarray) -> np.ndarray:
     """Each measurement's probes: ``both fit``, ``one fit`` or ``neither``."""
-    fit = [np.array([Fitness.from_columns(r, p).fit for r in df.itertuples()]) for p in (BEFORE, AFTER)]
-    both, one = fit[0] & fit[1], fit[0] ^ fit[1]
-    return pd.Series(np.where(both, "both fit", np.where(one, "one fit", "neither")), index=df.index)
+    return np.where(fit_before & fit_after, "both fit", np.where(fit_before ^ fit_after, "one fit", "neither"))
 
 
-def report(df: pd.DataFrame, targets: list[Target], runs: list[Path], apart: frozenset[tuple[str, int]] = frozenset()
-           ) -> tuple[list[str], pd.DataFrame]:
-    """The measurements against the consensus, by their probes and by rank length (the ranks ``apart``, as
-    (task, rank), in a group of their own: say, those whose consensus is in question); per target, the model
-    against the measurements between fit probes."""
-    df = df.merge(consensus(targets, runs), on=["task", "rank"], how="left")
-    df["bracket"] = bracket(df)
+def report(df: pd.DataFrame, targets: list[Target], cons: pd.DataFrame,
+           apart: frozenset[tuple[str, int]] = frozenset()) -> tuple[list[str], pd.DataFrame]:
+    """The measurements against the targets' consensus (:func:`consensus`), by their probes and by rank length
+    (the ranks ``apart``, as (task, rank), in a group of their own: say, those whose consensus is in question);
+    per target, the model against the measurements between fit probes."""
+    df = df.merge(cons, on=["task", "rank"], how="left")
+    fit_before = probe_fit(df, BEFORE)
+    df["bracket"] = bracket(fit_before, probe_fit(df, AFTER))
     df["gap"] = df.cal_ms / df.consensus_ms - 1  # from the fit runs' consensus
     df["length"] = np.where(df.consensus_ms < SHORT_MS, f"under {SHORT_MS:g} ms", f"{SHORT_MS:g} ms or more")
     df.loc[[(t, r) in apart for t, r in zip(df.task, df["rank"])], "length"] = "held apart"
@@ -211,7 +216,6 @@ def report(df: pd.DataFrame, targets: list[Target], runs: list[Path], apart: fro
         shown[c] = [f"{100 * x:+.1f}%" if x == x else "" for x in shown[c]]
     # Does a pass last? A gate that waits for a streak assumes it does; on a host where it does not, a pass
     # after a pass is no likelier than any pass.
-    fit_before = np.array([Fitness.from_columns(r, BEFORE).fit for r in df.itertuples()], dtype=bool)
     both = int((df.bracket == "both fit").sum())
     memory = (f"Probes: {len(df) + 1}, of which {fit_before.mean():.0%} before a measurement passed; after "
               f"{fit_before.sum()} that passed, the next passed {both / max(fit_before.sum(), 1):.0%}." if len(df)
@@ -249,12 +253,12 @@ def main() -> None:
         measure(targets, args.profile, args.minutes, raw)
     if not raw.exists():
         raise InputError("--report", f"nothing measured yet ({raw} does not exist)", "measure first (without --report)")
-    suites = sorted({path.parent.name for path, _ in args.targets})
-    runs = sorted(p for s in suites for p in args.out.glob(args.runs_glob.format(profile=args.profile, suite=s)))
+    cons = consensus(targets, args.profile, args.searcher, args.runs_glob, args.out)
+    runs = int(cons.drop_duplicates("suite").consensus_runs.sum())
     apart = frozenset((load_task(path).name, r) for path, ranks in args.apart for r in ranks)
-    body, df = report(pd.read_csv(raw), targets, runs, apart)
+    body, df = report(pd.read_csv(raw), targets, cons, apart)
     md = [f"# The bar's instrument between fitness probes: {args.name}", "",
-          *provenance(load_before, f". Consensus: {len(runs)} committed runs (`{args.runs_glob}`). Measured: real "
+          *provenance(load_before, f". Consensus: {runs} committed runs (`{args.runs_glob}`). Measured: real "
                       "FBGEMM CPU kernel times, neighbour-calibrated, one rank at a time, each between two fitness "
                       f"probes; predicted: the committed neural `{args.profile}` model."), "", *body]
     write_report(args.out, stem, md, df)

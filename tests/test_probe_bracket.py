@@ -3,12 +3,15 @@ with both probes, and the gate applied afterwards on the probes alone."""
 from __future__ import annotations
 
 import argparse
+import shutil
 from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
 from shardplan.cost import fitness
+from shardplan.cost.calibration import FEATURES
+from shardplan.cost.estimator import load_estimator
 from shardplan.cost.fitness import Fitness
 from shardplan.errors import InputError
 
@@ -46,30 +49,41 @@ def test_each_measurement_is_written_between_two_probes_and_a_start_goes_on_in_t
     df = pd.read_csv(out)
     assert list(df["rank"]) == [0, 1, 0]
     assert list(df.before_label_ratio) == [1.0, 1.3, 1.0] and list(df.after_label_ratio) == [1.3, 1.0, 1.0]
-    assert list(pb.bracket(df)) == ["one fit", "one fit", "both fit"]
+    assert list(pb.bracket(pb.probe_fit(df, pb.BEFORE), pb.probe_fit(df, pb.AFTER))) == [
+        "one fit", "one fit", "both fit"]
     pb.measure(targets, "cpu-2c", 1.0, out)  # a second start: the next target in turn
     assert list(pd.read_csv(out)["rank"]) == [0, 1, 0, 1]
 
 
 def test_the_report_holds_measurements_to_the_runs_consensus_by_their_probes(load_script, tmp_path) -> None:
     pb = load_script("bench/probe_bracket.py")
-    t = pb.plan_targets([(pb.Path(TASK), [0])], "cpu-2c", "torchrec")[0]
-    for i, ms in enumerate((9.0, 10.0, 11.0)):  # runs of the same plan: consensus 10 ms; one of another plan
-        pd.DataFrame({"task": [t.task, t.task], "rank": [0, 0], "rank_signature": [t.signature, "other"],
-                      "cal_ms": [ms, 50.0]}).to_csv(tmp_path / f"run-{i}.csv", index=False)
-    runs = sorted(tmp_path.glob("run-*.csv"))
-    assert pb.consensus([t], runs).to_dict("records") == [
-        {"task": t.task, "rank": 0, "consensus_ms": pytest.approx(10.0), "consensus_runs": 3}]
+    runs_mod = load_script("bench/plan_accuracy_runs.py")
+    suite = tmp_path / "mini"
+    suite.mkdir()
+    shutil.copy(TASK, suite)
+    t = pb.plan_targets([(suite / "cpu-bench-00.json", [0])], "cpu-2c", "torchrec")[0]
+    ranks = runs_mod.suite_ranks(suite, "torchrec", load_estimator("cpu-2c"))
+    keys = sorted(ranks)
+    # runs of the same plans: rank 0's consensus 10 ms; a fourth, of another plan, is not pooled
+    for i, (ms, signature) in enumerate(((9.0, None), (10.0, None), (11.0, None), (50.0, "other"))):
+        pd.DataFrame({"task": [k[0] for k in keys], "rank": [k[1] for k in keys],
+                      "rank_signature": [signature if signature and k == (t.task, 0) else runs_mod.rank_signature(
+                          ranks[k]) for k in keys],
+                      "cal_ms": [ms if k == (t.task, 0) else 5.0 for k in keys], "meas_ms": 5.0,
+                      "cal_features": ",".join(FEATURES)}).to_csv(tmp_path / f"run-mini-{i}.csv", index=False)
+    cons = pb.consensus([t], "cpu-2c", "torchrec", "run-{suite}-*.csv", tmp_path)
+    assert cons.to_dict("records") == [
+        {"task": t.task, "rank": 0, "consensus_ms": pytest.approx(10.0), "suite": "mini", "consensus_runs": 3}]
     probe = lambda ratio, prefix: Fitness(ratio, 1.0, 1.0).columns(prefix)  # noqa: E731
     rows = pd.DataFrame([{"at": "2026-12-01 20:00:00", "task": t.task, "rank": 0, "predicted_ms": t.predicted_ms,
                           "cal_ms": ms, "cal_factor": 1.0, "passes": 1, "cal_reference_slowdown": 1.0,
                           **probe(b, pb.BEFORE), **probe(a, pb.AFTER)}
                          for ms, b, a in ((10.5, 1.0, 1.0), (13.0, 1.3, 1.0), (14.0, 1.3, 1.3))])
-    md, df = pb.report(rows, [t], runs)
+    md, df = pb.report(rows, [t], cons)
     assert list(df.bracket) == ["both fit", "one fit", "neither"]
     assert list(df.gap) == pytest.approx([0.05, 0.3, 0.4])
     text = "\n".join(md)
     assert "1 of 3 between two fit probes" in text and "| 10 ms or more | both fit |" in text
     assert "Probes: 4, of which 33% before a measurement passed; after 1 that passed, the next passed 100%." in text
-    _, df = pb.report(rows, [t], runs, frozenset({(t.task, 0)}))
+    _, df = pb.report(rows, [t], cons, frozenset({(t.task, 0)}))
     assert set(df.length) == {"held apart"}
