@@ -222,7 +222,7 @@ def report(df: pd.DataFrame, targets: list[Target], cons: pd.DataFrame,
               else "")
     span = f"{df['at'].min()} to {df['at'].max()} UTC" if len(df) else "nothing measured"
     md = ["Measurements from the consensus, by the probes around each and the rank's length "
-          f"({span}; {int((df.bracket == 'both fit').sum())} of {len(df)} between two fit probes):", "",
+          f"({span}; {both} of {len(df)} between two fit probes):", "",
           by.to_markdown(index=False) if len(by) else "(none with a consensus)", "", memory, "",
           "Over every measurement, the correlation of its log ms less its rank's median with: "
           + "; ".join(f"{k} {v:+.2f}" for k, v in corr.items()) + ".", "",
