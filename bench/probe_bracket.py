@@ -162,6 +162,18 @@ def probe_fit(df: pd.DataFrame, prefix: str) -> np.ndarray:
     return np.array([Fitness.from_columns(r, prefix).fit for r in df.itertuples()], dtype=bool)
 
 
+def starts(df: pd.DataFrame) -> int:
+    """How many starts took these measurements. A start probes once before its first measurement and then once
+    after each, the after-probe serving as the next one's before-probe; so a row whose before-probe is not the
+    previous row's after-probe opens a start of its own (the first row always does)."""
+    if not len(df):
+        return 0
+    before = df[list(Fitness.column_names(BEFORE))].to_numpy(float)
+    after = df[list(Fitness.column_names(AFTER))].to_numpy(float)
+    chained = np.isclose(before[1:], after[:-1], rtol=1e-12, atol=0.0, equal_nan=True).all(axis=1)
+    return 1 + int((~chained).sum())
+
+
 def bracket(fit_before: np.ndarray, fit_after: np.ndarray) -> np.ndarray:
     """Each measurement's probes: ``both fit``, ``one fit`` or ``neither``."""
     return np.where(fit_before & fit_after, "both fit", np.where(fit_before ^ fit_after, "one fit", "neither"))
@@ -172,6 +184,7 @@ def report(df: pd.DataFrame, targets: list[Target], cons: pd.DataFrame,
     """The measurements against the targets' consensus (:func:`consensus`), by their probes and by rank length
     (the ranks ``apart``, as (task, rank), in a group of their own: say, those whose consensus is in question);
     per target, the model against the measurements between fit probes."""
+    n_starts = starts(df)
     df = df.merge(cons, on=["task", "rank"], how="left")
     fit_before = probe_fit(df, BEFORE)
     df["bracket"] = bracket(fit_before, probe_fit(df, AFTER))
@@ -217,7 +230,7 @@ def report(df: pd.DataFrame, targets: list[Target], cons: pd.DataFrame,
     # Does a pass last? A gate that waits for a streak assumes it does; on a host where it does not, a pass
     # after a pass is no likelier than any pass.
     both = int((df.bracket == "both fit").sum())
-    memory = (f"Probes: {len(df) + 1}, of which {fit_before.mean():.0%} before a measurement passed; after "
+    memory = (f"Probes: {len(df) + n_starts} in {n_starts} start{'s' if n_starts > 1 else ''}, of which {fit_before.mean():.0%} before a measurement passed; after "
               f"{fit_before.sum()} that passed, the next passed {both / max(fit_before.sum(), 1):.0%}." if len(df)
               else "")
     span = f"{df['at'].min()} to {df['at'].max()} UTC" if len(df) else "nothing measured"

@@ -431,8 +431,8 @@ def _cmd_searchers(args: argparse.Namespace) -> int:
 
 
 def _cmd_profiles(args: argparse.Namespace) -> int:
-    from .cost.profiles import (BROKEN_PROFILES, DEFAULT_KIND, PROFILES, host_cpu, host_profiles, measured_on_this_cpu,
-                                model_kinds, new_profile)
+    from .cost.profiles import (BROKEN_PROFILES, DEFAULT_KIND, PROFILES, cache_note, host_cpu, host_l3_mib,
+                                host_profiles, measured_on_this_cpu, model_kinds, new_profile)
 
     if args.profile and not (args.probe or args.host_reference):
         raise InputError("--profile", "only goes with --probe or --host-reference",
@@ -453,7 +453,11 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     here = mine[0] if mine else None
     others = (f" (also measured on this CPU: {', '.join(p.name for p in mine[1:])}; shardplan run takes "
               f"{here.name}; SHARDPLAN_PROFILE=NAME or --profile picks another)" if len(mine) > 1 else "")
-    print(f"this host: {host_cpu()!r}; its profile: {here.name if here else 'none trained'}{others}")
+    l3 = host_l3_mib()
+    print(f"this host: {host_cpu()!r}{f' (L3 {l3:g} MiB)' if l3 else ''}; its profile: "
+          f"{here.name if here else 'none trained'}{others}")
+    if here and cache_note(here):
+        print(cache_note(here))
     rows = []
     for name, p in PROFILES.items():
         trained = ("trained" if (p.dir / "compute-model.json").exists() else
@@ -549,6 +553,7 @@ def _probe_note(profile: Profile | None) -> str:
     A CPU's name does not tell two machines apart (session 39's AMD EPYC guest ran ``cpu-2c``'s stored ranks
     at 2-2.7x their labels); timing a few of them does."""
     from .cost.fitness import probe
+    from .cost.profiles import cache_differs, host_l3_mib
     from .report_text import FAR_FACTOR, far_from_labels
 
     if profile is None:
@@ -567,8 +572,10 @@ def _probe_note(profile: Profile | None) -> str:
     raw = fitness.label_ratio * fitness.reference_slowdown  # the probe divides by the reference; undo it
     line = f"probe ({profile.name}): {fitness.describe()}; undivided, the stored ranks ran {raw:.2f}x their labels"
     if far_from_labels(raw):
+        same = (f"its CPU of the same name but its L3 {host_l3_mib():g} MiB to the labels' host's {profile.l3_mib:g}"
+                if cache_differs(profile) else "though its CPU has the same name")
         line += (f"\nthis host does not run like the one {profile.name}'s labels were taken on (beyond "
-                 f"{FAR_FACTOR}x either way, though its CPU has the same name): its predictions are that host's; "
+                 f"{FAR_FACTOR}x either way, {same}): its predictions are that host's; "
                  "measure with --calibrate to put timings on that host, or collect a profile of this one")
     return line
 

@@ -38,7 +38,7 @@ def test_each_measurement_is_written_between_two_probes_and_a_start_goes_on_in_t
     """The probe after one measurement is the probe before the next; a second start appends, next target in turn."""
     pb = load_script("bench/probe_bracket.py")
     targets = pb.plan_targets([(pb.Path(TASK), [0, 1])], "cpu-2c", "torchrec")
-    ratios = iter([1.0, 1.3, 1.0, 1.0, 1.0, 1.0])  # fit, unfit, then fit
+    ratios = iter([1.0, 1.3, 1.0, 1.0, 1.05, 1.0])  # fit, unfit, then fit
     monkeypatch.setattr(fitness, "probe", lambda p: Fitness(next(ratios), 1.0, 1.0))
     monkeypatch.setattr(pb, "calibrated_timing", lambda specs, *a, **k: SimpleNamespace(
         fwd_ms=1.0, bwd_ms=2.0 * len(specs), factor=1.1, passes=1, reference_slowdown=1.2))
@@ -53,6 +53,7 @@ def test_each_measurement_is_written_between_two_probes_and_a_start_goes_on_in_t
         "one fit", "one fit", "both fit"]
     pb.measure(targets, "cpu-2c", 1.0, out)  # a second start: the next target in turn
     assert list(pd.read_csv(out)["rank"]) == [0, 1, 0, 1]
+    assert pb.starts(df) == 1 and pb.starts(pd.read_csv(out)) == 2  # the second start's own first probe
 
 
 def test_the_report_holds_measurements_to_the_runs_consensus_by_their_probes(load_script, tmp_path) -> None:
@@ -78,12 +79,17 @@ def test_the_report_holds_measurements_to_the_runs_consensus_by_their_probes(loa
     rows = pd.DataFrame([{"at": "2026-12-01 20:00:00", "task": t.task, "rank": 0, "predicted_ms": t.predicted_ms,
                           "cal_ms": ms, "cal_factor": 1.0, "passes": 1, "cal_reference_slowdown": 1.0,
                           **probe(b, pb.BEFORE), **probe(a, pb.AFTER)}
-                         for ms, b, a in ((10.5, 1.0, 1.0), (13.0, 1.3, 1.0), (14.0, 1.3, 1.3))])
+                         for ms, b, a in ((10.5, 1.0, 1.0), (13.0, 1.0, 1.3), (14.0, 1.3, 1.3))])
     md, df = pb.report(rows, [t], cons)
     assert list(df.bracket) == ["both fit", "one fit", "neither"]
     assert list(df.gap) == pytest.approx([0.05, 0.3, 0.4])
     text = "\n".join(md)
     assert "1 of 3 between two fit probes" in text and "| 10 ms or more | both fit |" in text
-    assert "Probes: 4, of which 33% before a measurement passed; after 1 that passed, the next passed 100%." in text
+    assert "Probes: 4 in 1 start, of which 67% before a measurement passed; after 2 that passed, the next passed 50%." \
+        in text
+    # a second start probes afresh before its first measurement: one probe more than the chain of the first
+    resumed = pd.concat([rows, rows.iloc[[0]]], ignore_index=True)
+    assert pb.starts(resumed) == 2 and pb.starts(rows.iloc[:0]) == 0
+    assert "Probes: 6 in 2 starts" in "\n".join(pb.report(resumed, [t], cons)[0])
     _, df = pb.report(rows, [t], cons, frozenset({(t.task, 0)}))
     assert set(df.length) == {"held apart"}

@@ -59,6 +59,56 @@ def test_of_two_trained_profiles_of_one_cpu_the_host_takes_the_latest_trained(ho
     assert "its profile: my-epyc (also measured on this CPU: cpu-2c; shardplan run takes my-epyc" in listing
 
 
+def test_a_host_of_the_same_cpu_name_but_another_l3_is_told_apart(host, profile_dir, capsys):
+    """A guest that names its CPU as cpu-2c-xeon's host did, with a quarter of its L3 (session 73's): a profile
+    made on it is its own even where an older one trained later, and the listing and the probe say why."""
+    def trained(name: str, date: str) -> None:
+        (profile_dir / name).mkdir(exist_ok=True)
+        (profile_dir / name / "compute-model.json").write_text(json.dumps({"metadata": {"date": date}}))
+
+    xeon = get_profile("cpu-2c-xeon")
+    assert xeon.l3_mib == 480 and get_profile("cpu-2c").l3_mib == 32
+    host(INTEL, 105.0)
+    assert profiles.cache_differs(xeon) and not profiles.cache_differs(xeon, 420.0)
+    assert not profiles.cache_differs(get_profile("h100"))  # a GPU profile has no CPU cache of its labels
+    assert main(["profiles", "--new", "xeon-guest", "--like", "cpu-2c-xeon"]) == 0
+    assert get_profile("xeon-guest").l3_mib == 105.0
+    trained("xeon-guest", "2026-12-01")
+    trained("cpu-2c-xeon", "2026-12-02")  # trained later, but on the other cache
+    assert [p.name for p in profiles.host_profiles()] == ["xeon-guest", "cpu-2c-xeon"]
+    with pytest.raises(InputError, match="L3 is 105 MiB where cpu-2c-xeon's"):  # its timings stay out of the data
+        check_collect_target(xeon, xeon.dir / "compute.parquet")
+    check_collect_target(xeon, profile_dir / "elsewhere.parquet")
+    host(INTEL, 480.0)  # the profile's own host: the later trained one, its cache
+    assert [p.name for p in profiles.host_profiles()] == ["cpu-2c-xeon", "xeon-guest"]
+    assert profiles.cache_note(xeon) is None
+    host(INTEL)  # a host whose L3 is not known: no profile is passed over for it
+    assert [p.name for p in profiles.host_profiles()] == ["cpu-2c-xeon", "xeon-guest"]
+    host(INTEL, 105.0)
+    (profile_dir / "xeon-guest" / "compute-model.json").unlink()
+    capsys.readouterr()
+    assert main(["profiles"]) == 0
+    listing = capsys.readouterr().out.splitlines()
+    assert listing[0].startswith(f"this host: {INTEL!r} (L3 105 MiB); its profile: cpu-2c-xeon")
+    assert listing[1].startswith("this host's L3 is 105 MiB where cpu-2c-xeon's labels were taken with 480 MiB")
+
+
+def test_a_profile_file_records_its_hosts_l3(profile_dir, tmp_path):
+    doc = get_profile("cpu-2c").to_json()
+    assert doc["l3_mib"] == 32 and "l3_mib" not in get_profile("h100").to_json()  # unset is left unwritten
+    (profile_dir / "bad-l3").mkdir()
+    (profile_dir / "bad-l3" / "profile.json").write_text(json.dumps({**doc, "name": "bad-l3", "l3_mib": -1}))
+    assert "bad-l3" in profiles.load_profiles(profile_dir)[1]
+    sysfs = tmp_path / "cache"
+    for index, (level, size) in enumerate((("1", "48K"), ("2", "2048K"), ("3", "107520K"))):
+        (sysfs / f"index{index}").mkdir(parents=True)
+        (sysfs / f"index{index}" / "level").write_text(level + "\n")
+        (sysfs / f"index{index}" / "size").write_text(size + "\n")
+    assert profiles.host_l3_mib(sysfs) == 105.0
+    (sysfs / "index2" / "level").write_text("2\n")
+    assert profiles.host_l3_mib(sysfs) is None and profiles.host_l3_mib(tmp_path / "nowhere") is None
+
+
 def test_the_listing_keeps_its_columns_when_a_state_names_a_kind(host, capsys):
     """The committed row-wise adagrad profile's state names its kind; every description still starts in
     one column, after at least one space (it once ran on straight from the kind)."""

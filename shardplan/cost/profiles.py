@@ -64,6 +64,10 @@ class Profile:
     (:func:`machine_stamp`). CPU kernel costs do not carry from one CPU to another: the same
     5,500 shard sets ran 0.63-1.21x as long on the Intel host as on the AMD one (10th-90th
     percentile, ``bench/profile_pair.py``), so measuring on another CPU is flagged.
+    ``l3_mib``: the last-level cache the labels' host reported (MiB, as Linux's sysfs gives it; unset where
+    it was not recorded). A CPU name does not tell two hosts apart: a guest of 2026-12-01 named its CPU as
+    ``cpu-2c-xeon``'s host did with a quarter of its L3 (105 of 480 MiB), and a set that touches tens of MB a
+    batch leaves the cache's curve at another size there (:func:`cache_note`).
     ``warmup`` / ``repeats``: the timing protocol (iterations discarded, then
     timed; the median is kept) shared by the collector and plan measurement, so
     the model learns from exactly the instrument that later checks it. A lent GPU is the
@@ -86,6 +90,7 @@ class Profile:
     max_sample_lookup_floats: float
     description: str
     cpu_model: str = ""
+    l3_mib: float | None = None
     warmup: int = 3
     repeats: int = 10
     retry_pause_s: float | None = None  # None: kernel.RETRY_PAUSE_S
@@ -107,7 +112,7 @@ class Profile:
     def to_json(self) -> dict[str, object]:
         """The ``shardplan/profile@1`` document of this profile."""
         doc = {"format": PROFILE_FORMAT, **asdict(self), "collect_batch_sizes": list(self.collect_batch_sizes)}
-        for optional in ("published", "retry_pause_s", "slowdown_window_s"):
+        for optional in ("published", "retry_pause_s", "slowdown_window_s", "l3_mib"):
             if doc[optional] is None:
                 del doc[optional]
         if not self.train_decompositions:  # the default recipe is left unwritten, as the fields above
@@ -149,6 +154,7 @@ class _ProfileModel(BaseModel):
     max_sample_lookup_floats: PosFloat
     description: Annotated[str, Field(min_length=1)]
     cpu_model: str = ""
+    l3_mib: PosFloat | None = None
     warmup: NonNegInt = 3
     repeats: PosInt = 10
     retry_pause_s: NonNegFloat | None = None
@@ -243,7 +249,7 @@ def new_profile(name: str, like: str, description: str | None = None) -> Profile
         raise InputError("name", f"profile {name!r} exists ({folder / PROFILE_FILE})", "choose another name")
     cpu = host_cpu() if base.device == "cpu" else ""
     gpu = _gpu_name() if base.device == "cuda" else ""
-    profile = replace(base, name=name, cpu_model=cpu, description=description or
+    profile = replace(base, name=name, cpu_model=cpu, l3_mib=host_l3_mib() if cpu else None, description=description or
                       f"{cpu or gpu or 'a GPU machine'}, measured with {like}'s protocol and budgets")
     if not (folder / "README.md").exists():  # a folder made by hand keeps its own notes
         write_text_atomic(folder / "README.md", _new_profile_readme(profile, like, gpu))
@@ -306,6 +312,38 @@ def host_cpu() -> str:
     return str(machine_stamp()["cpu_model"])
 
 
+def host_l3_mib(cache_dir: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> float | None:
+    """This host's last-level (L3) cache in MiB as Linux reports it to this guest, or ``None`` where it does
+    not (no sysfs, no L3 listed)."""
+    units = {"K": 1 / 1024, "M": 1.0, "G": 1024.0}
+    try:
+        for index in sorted(cache_dir.glob("index*")):
+            if (index / "level").read_text().strip() == "3":
+                size = (index / "size").read_text().strip()
+                return float(size[:-1]) * units[size[-1]] if size[-1] in units else float(size) / 2**20
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def cache_differs(profile: Profile, l3_mib: float | None = None) -> bool:
+    """Whether this host's L3 (``l3_mib``, default :func:`host_l3_mib`) is beyond ``CACHE_FACTOR`` either way
+    of the one ``profile``'s labels were taken with; ``False`` where either is unknown."""
+    here = host_l3_mib() if l3_mib is None else l3_mib
+    if profile.device != "cpu" or profile.l3_mib is None or here is None:
+        return False
+    return not 1 / CACHE_FACTOR <= here / profile.l3_mib <= CACHE_FACTOR
+
+
+def cache_note(profile: Profile) -> str | None:
+    """What :func:`cache_differs` found, in words, or ``None`` where the caches agree or one is unknown."""
+    if not cache_differs(profile):
+        return None
+    return (f"this host's L3 is {host_l3_mib():g} MiB where {profile.name}'s labels were taken with "
+            f"{profile.l3_mib:g} MiB: another machine under the same CPU name, whose sets that touch tens of MB "
+            "a batch leave the cache at another size")
+
+
 def runs_here(profile: Profile) -> bool:
     """Whether this host is the CPU ``profile`` was measured on (GPU profiles name their device
     instead, and a profile without a recorded CPU matches any host)."""
@@ -318,6 +356,9 @@ def measured_on_this_cpu(profile: Profile) -> bool:
     return profile.device == "cpu" and bool(profile.cpu_model) and runs_here(profile)
 
 
+# Two L3 sizes further apart than this are two machines: a guest may see a slice of a host's cache, and the ones
+# met so far were 32, 105 and 480 MiB
+CACHE_FACTOR = 1.25
 DEFAULT_KIND = ("sgd", "fp32")  # a task's optimizer and weight type unless it names others (DESIGN.md)
 
 
@@ -364,9 +405,10 @@ def profiles_pricing(device: str, kind: tuple[str, str]) -> list[str]:
 
 def host_profiles(kind: tuple[str, str] = DEFAULT_KIND) -> list[Profile]:
     """The CPU profiles measured on this host's CPU whose trained compute model prices ``kind`` (optimizer,
-    weight type), the most apt first: the longest recorded CPU name (the most specific), then the latest
-    trained (a profile made here after a committed one of the same CPU name is the one its maker collected
-    for), then by name."""
+    weight type), the most apt first: one whose labels' L3 is this host's before one whose is not
+    (:func:`cache_differs`), then the longest recorded CPU name (the most specific), then the latest trained
+    (a profile made here after a committed one of the same CPU name is the one its maker collected for),
+    then by name."""
     found = [p for p in PROFILES.values() if measured_on_this_cpu(p) and (p.dir / "compute-model.json").exists()
              and prices_kind(p, kind)]
     if len(found) < 2:
@@ -377,7 +419,8 @@ def host_profiles(kind: tuple[str, str] = DEFAULT_KIND) -> list[Profile]:
 
     by_name = sorted(found, key=lambda p: p.name)
     by_date = sorted(by_name, key=trained, reverse=True)
-    return sorted(by_date, key=lambda p: len(p.cpu_model), reverse=True)  # sorts are stable
+    by_cpu = sorted(by_date, key=lambda p: len(p.cpu_model), reverse=True)  # sorts are stable
+    return sorted(by_cpu, key=cache_differs)
 
 
 def host_profile(kind: tuple[str, str] = DEFAULT_KIND) -> Profile | None:
@@ -415,8 +458,9 @@ def host_record(profile: Profile) -> dict[str, str]:
 
 
 def check_collect_target(profile: Profile, out: Path) -> None:
-    """Refuse to write this host's timings into another CPU's committed cost data."""
-    note = foreign_host_note(profile)
+    """Refuse to write this host's timings into another CPU's committed cost data, or another machine's of
+    the same CPU name and another L3 (:func:`cache_note`)."""
+    note = foreign_host_note(profile) or cache_note(profile)
     if note and profile.dir.resolve() in Path(out).resolve().parents:
         raise InputError("profile", note, f"or write elsewhere with --out (not under {profile.dir})")
 
