@@ -230,9 +230,10 @@ def report(df: pd.DataFrame, targets: list[Target], cons: pd.DataFrame,
     # Does a pass last? A gate that waits for a streak assumes it does; on a host where it does not, a pass
     # after a pass is no likelier than any pass.
     both = int((df.bracket == "both fit").sum())
-    memory = (f"Probes: {len(df) + n_starts} in {n_starts} start{'s' if n_starts > 1 else ''}, of which {fit_before.mean():.0%} before a measurement passed; after "
-              f"{fit_before.sum()} that passed, the next passed {both / max(fit_before.sum(), 1):.0%}." if len(df)
-              else "")
+    plural = "s" if n_starts > 1 else ""
+    memory = (f"Probes: {len(df) + n_starts} in {n_starts} start{plural}, of which {fit_before.mean():.0%} before "
+              f"a measurement passed; after {fit_before.sum()} that passed, the next passed "
+              f"{both / max(fit_before.sum(), 1):.0%}." if len(df) else "")
     span = f"{df['at'].min()} to {df['at'].max()} UTC" if len(df) else "nothing measured"
     md = ["Measurements from the consensus, by the probes around each and the rank's length "
           f"({span}; {both} of {len(df)} between two fit probes):", "",

@@ -279,10 +279,11 @@ def _new_profile_readme(profile: Profile, like: str, gpu: str) -> str:
 
         libs = f"torch {torch.__version__}, no fbgemm_gpu yet"
     name = profile.name
+    cache = f", L3 {profile.l3_mib:g} MiB" if profile.l3_mib else ""
     return "\n".join([
         f"# Profile `{name}`", "",
         f"Made {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by `shardplan profiles --new {name} --like {like}` "
-        f"on {stamp['cpu_model']!r} ({stamp['cpu_cores']} cores{f', {gpu}' if gpu else ''}; {libs}): "
+        f"on {stamp['cpu_model']!r} ({stamp['cpu_cores']} cores{cache}{f', {gpu}' if gpu else ''}; {libs}): "
         f"`{like}`'s protocol and budgets (`profile.json`; edit it before collecting if this machine needs "
         "others)." + (f" Its `published` figures are `{like}`'s too: set this GPU's HBM bandwidth and links, "
                       "with their sources, before planning with it untrained (they price it until `train` "
