@@ -169,6 +169,11 @@ def test_the_probe_tells_a_machine_that_only_shares_the_cpus_name(host, monkeypa
     assert main(["profiles", "--probe"]) == 0
     out = capsys.readouterr().out
     assert "1.12x their labels" in out and "does not run like" not in out
+    host(INTEL, 105.0)  # session 73's guest: the same CPU name as cpu-2c-xeon's host, a quarter of its L3
+    readings["cpu-2c-xeon"] = Fitness(1.52, 2.74, 0.64)
+    assert main(["profiles", "--probe"]) == 0
+    assert ("though its CPU has the same name, with 105 MiB of L3 to the labels' host's 480)"
+            in capsys.readouterr().out)
     host("Some Other CPU")  # no profile of its own: nothing to probe, and the flag is named
     assert main(["profiles", "--probe"]) == 2
     assert "--probe" in capsys.readouterr().err
