@@ -71,11 +71,29 @@ def summary(df: pd.DataFrame) -> dict[str, object]:
             "instruments beyond 10%": int((gap > 0.10).sum())}
 
 
+DEFAULT_NAMES = ("calibrated", "label protocol")
+
+
+def relabel(frame: pd.DataFrame, names: tuple[str, str], column: str | None = None) -> pd.DataFrame:
+    """``frame`` with :data:`DEFAULT_NAMES` in its column names (and in ``column``'s values) read as ``names``:
+    the two pools may be any two instruments or hosts, say a fit host's calibrated runs and another's."""
+    def say(text: str) -> str:
+        for default, name in zip(DEFAULT_NAMES, names):
+            text = text.replace(default, name).replace(default.replace(" ", "_"), name)  # labels and ms columns
+        return text
+
+    out = frame.rename(columns=say)
+    return out.assign(**{column: out[column].map(say)}) if column else out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", nargs="+", required=True, metavar="CAL.csv:MEAS.csv",
                     help="per suite, the cal_ms and the meas_ms pooled files of bench/plan_accuracy_runs.py")
-    add_report_args(ap, "ranks calibrated under this many ms are reported apart")
+    ap.add_argument("--names", nargs=2, default=list(DEFAULT_NAMES), metavar=("CAL", "MEAS"),
+                    help="what each pair's two files measured, for the report (default: calibrated, label protocol);"
+                         " e.g. two hosts' calibrated pools of one suite")
+    add_report_args(ap, "ranks of the first file's consensus under this many ms are reported apart")
     args = ap.parse_args()
     load_before = load1()
     frames = []
@@ -97,17 +115,21 @@ def main() -> None:
     flagged = df[(df[list(ERRORS)].abs() > TOLERANCE).any(axis=1) | (df["instruments' gap"].abs() > 0.10)]
     shown = percent(flagged[["task", "rank", "predicted_ms", "calibrated_ms", "label_protocol_ms", *ERRORS,
                              "instruments' gap"]], [*ERRORS, "instruments' gap"])
+    names = tuple(args.names)
+    measured = ("once neighbour-calibrated (`cal_ms`) and once as the labels are timed (`meas_ms`, over the "
+                "reference's slowdown)" if names == DEFAULT_NAMES else
+                f"the first file of each pair read as `{names[0]}`, the second as `{names[1]}`")
+    table, shown = relabel(table, names, "ranks of"), relabel(shown, names)
     md = [f"# Two instruments on the same plan ranks: {args.name}", "",
           *provenance(load_before, ". Measured: each suite's runs pooled per rank (median over runs) by "
-                      "`bench/plan_accuracy_runs.py`, once neighbour-calibrated (`cal_ms`) and once as the labels "
-                      "are timed (`meas_ms`, over the reference's slowdown); real FBGEMM CPU kernel times. "
+                      f"`bench/plan_accuracy_runs.py`, {measured}; real FBGEMM CPU kernel times. "
                       "Predicted: the model the pooled files name."), "",
           f"Counts of ranks with the model within {TOLERANCE:.0%} of each consensus, and of ranks whose two "
           "consensuses are that far apart:", "",
           table.to_markdown(index=False), "",
           f"Ranks the model misses by either instrument, or whose instruments differ by over 10% ({len(shown)}):", "",
           shown.round(2).to_markdown(index=False), ""]
-    write_report(args.out, f"instrument-agreement-{args.name}", md, df)
+    write_report(args.out, f"instrument-agreement-{args.name}", md, relabel(df, names))
 
 
 if __name__ == "__main__":

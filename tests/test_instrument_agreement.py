@@ -26,6 +26,11 @@ def test_counts_the_model_within_each_instrument_and_the_instruments_apart(load_
     assert row["model within, calibrated"] == 2 and row["model within, label protocol"] == 3
     assert row["model within both"] == 1 and row["model within either"] == 4
     assert row["instruments beyond 15%"] == 1 and row["instruments beyond 10%"] == 3  # ranks 4; 1, 2 and 4
+    table = agree.relabel(pd.DataFrame([{"ranks of": "all, calibrated under 10 ms", **row}]), ("fit host", "guest"),
+                          "ranks of")
+    assert table["ranks of"].tolist() == ["all, fit host under 10 ms"]
+    assert {"model within, fit host", "model within, guest"} <= set(table.columns)
+    assert list(agree.relabel(df, ("fit host", "guest")).columns)[-2:] == ["fit host_ms", "guest_ms"]
     other = _pool(tmp_path / "o-meas_ms.csv", [10.0] * 5, [9.0] * 5)  # another model's prices
     with pytest.raises(InputError, match="same model"):
         agree.paired(cal, other)
