@@ -122,8 +122,17 @@ def train_with_plan(plan: Plan, iterations: int = 40, warmup: int = 5, seed: int
     world = plan.task.topology.world_size
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        mp.spawn(_worker, args=(world, _free_port(), backend, plan, iterations, warmup, seed, lr, out),
-                 nprocs=world, join=True)
+        for attempt in range(2):
+            try:
+                mp.spawn(_worker, args=(world, _free_port(), backend, plan, iterations, warmup, seed, lr, out),
+                         nprocs=world, join=True)
+                break
+            except mp.ProcessExitedException as e:
+                # A rank aborted inside the C++ runtime, not by a Python error of the plan's: seen once in a
+                # clean clone's tests on 2026-12-02 ("terminate called without an active exception"), the same
+                # run passing at once after. Run once more on a fresh port; a second abort is raised.
+                if attempt or e.signal_name != "SIGABRT":
+                    raise
         results = [dict(np.load(out / f"rank{r}.npz")) for r in range(world)]
     seconds = max(float(r["seconds"]) for r in results)
     losses = np.mean([r["losses"] for r in results], axis=0)
