@@ -456,8 +456,9 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     l3 = host_l3_mib()
     print(f"this host: {host_cpu()!r}{f' (L3 {l3:g} MiB)' if l3 else ''}; its profile: "
           f"{here.name if here else 'none trained'}{others}")
-    if here and cache_note(here):
-        print(cache_note(here))
+    note = cache_note(here) if here else None
+    if note:
+        print(note)
     rows = []
     for name, p in PROFILES.items():
         trained = ("trained" if (p.dir / "compute-model.json").exists() else
