@@ -1,7 +1,6 @@
 """Start the planning service in a child process (for tests, benchmarks and scripts)."""
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -10,11 +9,7 @@ from typing import Iterator
 
 import httpx
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from ..processes import free_port
 
 
 @contextmanager

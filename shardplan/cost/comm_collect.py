@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import socket
 import statistics
 import tempfile
 import time
@@ -20,17 +19,11 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from tqdm import tqdm
 
+from ..processes import spawn_ranks
 from .collect import append_rows
 from .profiles import Profile, load1, machine_stamp
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker(rank: int, world: int, port: int, splits: np.ndarray, repeats: int, out_dir: str) -> None:
@@ -73,7 +66,7 @@ def collect_comm(profile: Profile, out: Path, world_sizes: tuple[int, ...] = (2,
         splits = random_splits(np.random.default_rng([seed, world]), world, configs_per_world)
         before = load1()
         with tempfile.TemporaryDirectory() as tmp:
-            mp.spawn(_worker, args=(world, _free_port(), splits, repeats, tmp), nprocs=world, join=True)
+            spawn_ranks(_worker, world, splits, repeats, tmp)
             rows = []
             for rank in range(world):
                 for config, sent, received, ms in np.load(os.path.join(tmp, f"rank{rank}.npy")):

@@ -30,7 +30,6 @@ rank's wall time for them (warm-up iterations excluded).
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 import time
 import warnings
@@ -43,6 +42,7 @@ from ..cost.ids import table_bags
 from ..cost.profiles import DEFAULT_PROFILE
 from ..domain import Plan, Task
 from ..errors import InputError
+from ..processes import spawn_ranks
 
 # TorchRec's gloo (CPU) path has no kernels for these (row-wise needs a reduce-scatter of pooled
 # embeddings that its CPU sharding does not implement); on GPUs with NCCL they run.
@@ -112,8 +112,6 @@ def default_backend(plan: Plan) -> str:
 def train_with_plan(plan: Plan, iterations: int = 40, warmup: int = 5, seed: int = 0, lr: float = 0.05,
                     backend: str | None = None, name: str = "plan") -> TrainResult:
     """Train the task's DLRM for ``iterations`` with ``plan`` as the sharding; one process per rank."""
-    import torch.multiprocessing as mp
-
     backend = backend or default_backend(plan)
     if iterations < 2 or warmup < 0:
         raise InputError("iterations", f"need at least 2 timed iterations and warmup >= 0 (got {iterations}, "
@@ -122,17 +120,7 @@ def train_with_plan(plan: Plan, iterations: int = 40, warmup: int = 5, seed: int
     world = plan.task.topology.world_size
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        for attempt in range(2):
-            try:
-                mp.spawn(_worker, args=(world, _free_port(), backend, plan, iterations, warmup, seed, lr, out),
-                         nprocs=world, join=True)
-                break
-            except mp.ProcessExitedException as e:
-                # A rank aborted inside the C++ runtime, not by a Python error of the plan's: seen once in a
-                # clean clone's tests on 2026-12-02 ("terminate called without an active exception"), the same
-                # run passing at once after. Run once more on a fresh port; a second abort is raised.
-                if attempt or e.signal_name != "SIGABRT":
-                    raise
+        spawn_ranks(_worker, world, backend, plan, iterations, warmup, seed, lr, out)
         results = [dict(np.load(out / f"rank{r}.npz")) for r in range(world)]
     seconds = max(float(r["seconds"]) for r in results)
     losses = np.mean([r["losses"] for r in results], axis=0)
@@ -203,12 +191,6 @@ def compare(plans: dict[str, Plan], iterations: int = 100, warmup: int = 5, roun
         for name, p in plans.items():
             out[name].append(train_with_plan(p, iterations, warmup, seed, backend=backend, name=name))
     return out
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def dense_arch(task: Task):

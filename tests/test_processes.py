@@ -1,0 +1,41 @@
+"""One process per rank: a runtime abort is run once more on a fresh port; anything else is raised."""
+from __future__ import annotations
+
+import pytest
+import torch.multiprocessing as mp
+
+from shardplan.processes import free_port, spawn_ranks
+
+
+def _fake_spawn(outcomes: list[str], calls: list[tuple]):
+    """A stand-in for ``mp.spawn``: each call takes the next outcome (a SIGABRT, a rank's error, or success)."""
+    def spawn(fn, args, nprocs, join):
+        calls.append(args)
+        what = outcomes.pop(0)
+        if what != "ok":
+            raise mp.ProcessExitedException("rank 1 died", 1, 0, -6 if what == "abort" else 1,
+                                            "SIGABRT" if what == "abort" else None)
+    return spawn
+
+
+@pytest.mark.parametrize("outcomes,raised", [(["ok"], False), (["abort", "ok"], False),
+                                             (["abort", "abort", "ok"], True), (["error", "ok"], True)])
+def test_an_abort_is_run_once_more_and_a_second_abort_or_an_error_raised(monkeypatch, outcomes, raised) -> None:
+    calls: list[tuple] = []
+    expected_calls = {("ok",): 1, ("abort", "ok"): 2, ("abort", "abort", "ok"): 2, ("error", "ok"): 1}[tuple(outcomes)]
+    monkeypatch.setattr(mp, "spawn", _fake_spawn(outcomes, calls))
+    if raised:
+        with pytest.raises(mp.ProcessExitedException):
+            spawn_ranks(print, 3, "a", "b")
+    else:
+        spawn_ranks(print, 3, "a", "b")
+    assert len(calls) == expected_calls
+    # every attempt hands the worker (world, port, *args), the port a real free one
+    assert all(c[0] == 3 and isinstance(c[1], int) and 0 < c[1] < 65536 and c[2:] == ("a", "b") for c in calls)
+
+
+def test_a_free_port_can_be_bound() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", free_port()))
