@@ -44,12 +44,26 @@ def paired(cal_path: Path, meas_path: Path) -> pd.DataFrame:
                          "calibrated_ms": df.consensus_ms_cal, "label_protocol_ms": df.consensus_ms_meas})
 
 
-ERRORS = {"error, calibrated": "calibrated_ms", "error, label protocol": "label_protocol_ms"}
+DEFAULT_NAMES = ("calibrated", "label protocol")  # what a pair's first and second files measured, by default
+MS_COLUMNS = ("calibrated_ms", "label_protocol_ms")  # :func:`paired`'s columns for the two, whatever they measured
 
 
-def model_errors(df: pd.DataFrame) -> pd.DataFrame:
-    """The model's signed error against each instrument's consensus, one column per :data:`ERRORS` name."""
-    return pd.DataFrame({name: df.predicted_ms / df[column] - 1 for name, column in ERRORS.items()})
+def error_columns(names: tuple[str, str] = DEFAULT_NAMES) -> dict[str, str]:
+    """The model's error columns, named for each instrument, and the consensus column each is taken against."""
+    return {f"error, {name}": column for name, column in zip(names, MS_COLUMNS)}
+
+
+ERRORS = error_columns()
+
+
+def ms_columns(names: tuple[str, str]) -> dict[str, str]:
+    """:data:`MS_COLUMNS` renamed for ``names``, for a results file read by people."""
+    return {column: f"{name.replace(' ', '_')}_ms" for name, column in zip(names, MS_COLUMNS)}
+
+
+def model_errors(df: pd.DataFrame, names: tuple[str, str] = DEFAULT_NAMES) -> pd.DataFrame:
+    """The model's signed error against each instrument's consensus, one column per :func:`error_columns` name."""
+    return pd.DataFrame({name: df.predicted_ms / df[column] - 1 for name, column in error_columns(names).items()})
 
 
 def percent(frame: pd.DataFrame, columns) -> pd.DataFrame:
@@ -57,33 +71,21 @@ def percent(frame: pd.DataFrame, columns) -> pd.DataFrame:
     return frame.assign(**{c: frame[c].map(lambda x: f"{100 * x:+.1f}%") for c in columns})
 
 
-def summary(df: pd.DataFrame) -> dict[str, object]:
-    err_cal, err_meas = (e.abs() for _, e in model_errors(df).items())
+def summary(df: pd.DataFrame, names: tuple[str, str] = DEFAULT_NAMES) -> dict[str, object]:
+    """Counts of ``df``'s ranks with the model within the tolerance of each instrument (``names``: the first and
+    second), of both and of either, and of ranks whose two instruments are that far apart."""
+    first, second = names
+    err_a, err_b = (e.abs() for _, e in model_errors(df, names).items())
     gap = (df.calibrated_ms / df.label_protocol_ms - 1).abs()
     tol = TOLERANCE
     return {"ranks": len(df),
-            "model within, calibrated": int((err_cal <= tol).sum()),
-            "model within, label protocol": int((err_meas <= tol).sum()),
-            "model within both": int(((err_cal <= tol) & (err_meas <= tol)).sum()),
-            "model within either": int(((err_cal <= tol) | (err_meas <= tol)).sum()),
+            f"model within, {first}": int((err_a <= tol).sum()),
+            f"model within, {second}": int((err_b <= tol).sum()),
+            "model within both": int(((err_a <= tol) & (err_b <= tol)).sum()),
+            "model within either": int(((err_a <= tol) | (err_b <= tol)).sum()),
             "instruments' median gap": f"{100 * gap.median():.1f}%",
             f"instruments beyond {tol:.0%}": int((gap > tol).sum()),
             "instruments beyond 10%": int((gap > 0.10).sum())}
-
-
-DEFAULT_NAMES = ("calibrated", "label protocol")
-
-
-def relabel(frame: pd.DataFrame, names: tuple[str, str], column: str | None = None) -> pd.DataFrame:
-    """``frame`` with :data:`DEFAULT_NAMES` in its column names (and in ``column``'s values) read as ``names``:
-    the two pools may be any two instruments or hosts, say a fit host's calibrated runs and another's."""
-    def say(text: str) -> str:
-        for default, name in zip(DEFAULT_NAMES, names):
-            text = text.replace(default, name).replace(default.replace(" ", "_"), name)  # labels and ms columns
-        return text
-
-    out = frame.rename(columns=say)
-    return out.assign(**{column: out[column].map(say)}) if column else out
 
 
 def main() -> None:
@@ -104,22 +106,23 @@ def main() -> None:
         suite = Path(cal).name.split("-cal_ms")[0].removeprefix("plan-accuracy-runs-")
         frames.append(paired(Path(cal), Path(meas)).assign(suite=suite))
     df = pd.concat(frames, ignore_index=True)
-    short = df.calibrated_ms < args.short_ms
-    rows = [{"ranks of": s, **summary(g)} for s, g in df.groupby("suite", sort=True)]
-    rows += [{"ranks of": f"all, calibrated under {args.short_ms:g} ms", **summary(df[short])},
-             {"ranks of": f"all, {args.short_ms:g} ms or more", **summary(df[~short])},
-             {"ranks of": "all", **summary(df)}]
-    table = pd.DataFrame(rows)
-    df[list(ERRORS)] = model_errors(df)
-    df["instruments' gap"] = df.calibrated_ms / df.label_protocol_ms - 1
-    flagged = df[(df[list(ERRORS)].abs() > TOLERANCE).any(axis=1) | (df["instruments' gap"].abs() > 0.10)]
-    shown = percent(flagged[["task", "rank", "predicted_ms", "calibrated_ms", "label_protocol_ms", *ERRORS,
-                             "instruments' gap"]], [*ERRORS, "instruments' gap"])
     names = tuple(args.names)
+    errors = list(error_columns(names))
+    short = df.calibrated_ms < args.short_ms
+    rows = [{"ranks of": s, **summary(g, names)} for s, g in df.groupby("suite", sort=True)]
+    rows += [{"ranks of": f"all, {names[0]} under {args.short_ms:g} ms", **summary(df[short], names)},
+             {"ranks of": f"all, {args.short_ms:g} ms or more", **summary(df[~short], names)},
+             {"ranks of": "all", **summary(df, names)}]
+    table = pd.DataFrame(rows)
+    df[errors] = model_errors(df, names)
+    df["instruments' gap"] = df.calibrated_ms / df.label_protocol_ms - 1
+    df = df.rename(columns=ms_columns(names))
+    flagged = df[(df[errors].abs() > TOLERANCE).any(axis=1) | (df["instruments' gap"].abs() > 0.10)]
+    shown = percent(flagged[["task", "rank", "predicted_ms", *ms_columns(names).values(), *errors,
+                             "instruments' gap"]], [*errors, "instruments' gap"])
     measured = ("once neighbour-calibrated (`cal_ms`) and once as the labels are timed (`meas_ms`, over the "
                 "reference's slowdown)" if names == DEFAULT_NAMES else
                 f"the first file of each pair read as `{names[0]}`, the second as `{names[1]}`")
-    table, shown = relabel(table, names, "ranks of"), relabel(shown, names)
     md = [f"# Two instruments on the same plan ranks: {args.name}", "",
           *provenance(load_before, ". Measured: each suite's runs pooled per rank (median over runs) by "
                       f"`bench/plan_accuracy_runs.py`, {measured}; real FBGEMM CPU kernel times. "
@@ -129,7 +132,7 @@ def main() -> None:
           table.to_markdown(index=False), "",
           f"Ranks the model misses by either instrument, or whose instruments differ by over 10% ({len(shown)}):", "",
           shown.round(2).to_markdown(index=False), ""]
-    write_report(args.out, f"instrument-agreement-{args.name}", md, relabel(df, names))
+    write_report(args.out, f"instrument-agreement-{args.name}", md, df)
 
 
 if __name__ == "__main__":

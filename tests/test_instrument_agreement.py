@@ -26,11 +26,10 @@ def test_counts_the_model_within_each_instrument_and_the_instruments_apart(load_
     assert row["model within, calibrated"] == 2 and row["model within, label protocol"] == 3
     assert row["model within both"] == 1 and row["model within either"] == 4
     assert row["instruments beyond 15%"] == 1 and row["instruments beyond 10%"] == 3  # ranks 4; 1, 2 and 4
-    table = agree.relabel(pd.DataFrame([{"ranks of": "all, calibrated under 10 ms", **row}]), ("fit host", "guest"),
-                          "ranks of")
-    assert table["ranks of"].tolist() == ["all, fit host under 10 ms"]
-    assert {"model within, fit host", "model within, guest"} <= set(table.columns)
-    assert list(agree.relabel(df, ("fit host", "guest")).columns)[-2:] == ["fit host_ms", "guest_ms"]
+    named = agree.summary(df, ("fit host", "guest"))  # the two files read as any two hosts or instruments
+    assert named["model within, fit host"] == 2 and named["model within, guest"] == 3
+    assert list(agree.model_errors(df, ("fit host", "guest")).columns) == ["error, fit host", "error, guest"]
+    assert list(agree.ms_columns(("fit host", "guest")).values()) == ["fit_host_ms", "guest_ms"]
     other = _pool(tmp_path / "o-meas_ms.csv", [10.0] * 5, [9.0] * 5)  # another model's prices
     with pytest.raises(InputError, match="same model"):
         agree.paired(cal, other)

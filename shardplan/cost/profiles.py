@@ -421,7 +421,8 @@ def host_profiles(kind: tuple[str, str] = DEFAULT_KIND) -> list[Profile]:
     by_name = sorted(found, key=lambda p: p.name)
     by_date = sorted(by_name, key=trained, reverse=True)
     by_cpu = sorted(by_date, key=lambda p: len(p.cpu_model), reverse=True)  # sorts are stable
-    return sorted(by_cpu, key=cache_differs)
+    here = host_l3_mib()  # read once for all the profiles
+    return by_cpu if here is None else sorted(by_cpu, key=lambda p: cache_differs(p, here))
 
 
 def host_profile(kind: tuple[str, str] = DEFAULT_KIND) -> Profile | None:
