@@ -71,12 +71,17 @@ def percent(frame: pd.DataFrame, columns) -> pd.DataFrame:
     return frame.assign(**{c: frame[c].map(lambda x: f"{100 * x:+.1f}%") for c in columns})
 
 
+def instruments_gap(df: pd.DataFrame) -> pd.Series:
+    """Per rank, the first file's consensus over the second's, less one."""
+    return df.calibrated_ms / df.label_protocol_ms - 1
+
+
 def summary(df: pd.DataFrame, names: tuple[str, str] = DEFAULT_NAMES) -> dict[str, object]:
     """Counts of ``df``'s ranks with the model within the tolerance of each instrument (``names``: the first and
     second), of both and of either, and of ranks whose two instruments are that far apart."""
     first, second = names
     err_a, err_b = (e.abs() for _, e in model_errors(df, names).items())
-    gap = (df.calibrated_ms / df.label_protocol_ms - 1).abs()
+    gap = instruments_gap(df).abs()
     tol = TOLERANCE
     return {"ranks": len(df),
             f"model within, {first}": int((err_a <= tol).sum()),
@@ -115,10 +120,11 @@ def main() -> None:
              {"ranks of": "all", **summary(df, names)}]
     table = pd.DataFrame(rows)
     df[errors] = model_errors(df, names)
-    df["instruments' gap"] = df.calibrated_ms / df.label_protocol_ms - 1
-    df = df.rename(columns=ms_columns(names))
+    df["instruments' gap"] = instruments_gap(df)
+    ms = ms_columns(names)
+    df = df.rename(columns=ms)
     flagged = df[(df[errors].abs() > TOLERANCE).any(axis=1) | (df["instruments' gap"].abs() > 0.10)]
-    shown = percent(flagged[["task", "rank", "predicted_ms", *ms_columns(names).values(), *errors,
+    shown = percent(flagged[["task", "rank", "predicted_ms", *ms.values(), *errors,
                              "instruments' gap"]], [*errors, "instruments' gap"])
     measured = ("once neighbour-calibrated (`cal_ms`) and once as the labels are timed (`meas_ms`, over the "
                 "reference's slowdown)" if names == DEFAULT_NAMES else

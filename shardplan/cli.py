@@ -573,9 +573,10 @@ def _probe_note(profile: Profile | None) -> str:
     raw = fitness.label_ratio * fitness.reference_slowdown  # the probe divides by the reference; undo it
     line = f"probe ({profile.name}): {fitness.describe()}; undivided, the stored ranks ran {raw:.2f}x their labels"
     if far_from_labels(raw):
+        l3 = host_l3_mib()  # read once for the check and the words
         same = "though its CPU has the same name" + (
-            f", with {host_l3_mib():g} MiB of L3 to the labels' host's {profile.l3_mib:g}" if cache_differs(profile)
-            else "")
+            f", with {l3:g} MiB of L3 to the labels' host's {profile.l3_mib:g}"
+            if l3 is not None and cache_differs(profile, l3) else "")
         line += (f"\nthis host does not run like the one {profile.name}'s labels were taken on (beyond "
                  f"{FAR_FACTOR}x either way, {same}): its predictions are that host's; "
                  "measure with --calibrate to put timings on that host, or collect a profile of this one")

@@ -338,9 +338,10 @@ def cache_differs(profile: Profile, l3_mib: float | None = None) -> bool:
 
 def cache_note(profile: Profile) -> str | None:
     """What :func:`cache_differs` found, in words, or ``None`` where the caches agree or one is unknown."""
-    if not cache_differs(profile):
+    here = host_l3_mib()  # read once for the check and the words
+    if here is None or not cache_differs(profile, here):
         return None
-    return (f"this host's L3 is {host_l3_mib():g} MiB where {profile.name}'s labels were taken with "
+    return (f"this host's L3 is {here:g} MiB where {profile.name}'s labels were taken with "
             f"{profile.l3_mib:g} MiB: another machine under the same CPU name, whose sets that touch tens of MB "
             "a batch leave the cache at another size")
 
