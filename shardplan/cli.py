@@ -456,7 +456,7 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     l3 = host_l3_mib()
     print(f"this host: {host_cpu()!r}{f' (L3 {l3:g} MiB)' if l3 else ''}; its profile: "
           f"{here.name if here else 'none trained'}{others}")
-    note = cache_note(here) if here else None
+    note = cache_note(here, l3) if here else None
     if note:
         print(note)
     rows = []
@@ -473,7 +473,7 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     for name, tags, state, text in rows:
         print(f"{name:<{width}}{tags:<20}{state:<{state_width}}{text}")
     if args.probe:
-        print(_probe_note(_probe_target(args.profile, here)))
+        print(_probe_note(_probe_target(args.profile, here), l3))
     if args.host_reference:
         print(_host_reference_note(args.profile))
     return 0
@@ -549,12 +549,13 @@ def _probe_target(name: str | None, here: Profile | None) -> Profile | None:
     return get_profile(DEFAULT_PROFILE) if os.environ.get(PROFILE_ENV) else here
 
 
-def _probe_note(profile: Profile | None) -> str:
-    """``profiles --probe``: whether this host runs its profile's stored ranks as fast as their labels say.
+def _probe_note(profile: Profile | None, l3_mib: float | None) -> str:
+    """``profiles --probe``: whether this host (its L3 ``l3_mib``, as :func:`host_l3_mib` read it) runs its
+    profile's stored ranks as fast as their labels say.
     A CPU's name does not tell two machines apart (session 39's AMD EPYC guest ran ``cpu-2c``'s stored ranks
     at 2-2.7x their labels); timing a few of them does."""
     from .cost.fitness import probe
-    from .cost.profiles import cache_differs, host_l3_mib
+    from .cost.profiles import cache_differs
     from .report_text import FAR_FACTOR, far_from_labels
 
     if profile is None:
@@ -573,10 +574,9 @@ def _probe_note(profile: Profile | None) -> str:
     raw = fitness.label_ratio * fitness.reference_slowdown  # the probe divides by the reference; undo it
     line = f"probe ({profile.name}): {fitness.describe()}; undivided, the stored ranks ran {raw:.2f}x their labels"
     if far_from_labels(raw):
-        l3 = host_l3_mib()  # read once for the check and the words
         same = "though its CPU has the same name" + (
-            f", with {l3:g} MiB of L3 to the labels' host's {profile.l3_mib:g}"
-            if l3 is not None and cache_differs(profile, l3) else "")
+            f", with {l3_mib:g} MiB of L3 to the labels' host's {profile.l3_mib:g}"
+            if cache_differs(profile, l3_mib) else "")
         line += (f"\nthis host does not run like the one {profile.name}'s labels were taken on (beyond "
                  f"{FAR_FACTOR}x either way, {same}): its predictions are that host's; "
                  "measure with --calibrate to put timings on that host, or collect a profile of this one")

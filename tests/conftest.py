@@ -114,3 +114,26 @@ def profile_dir(monkeypatch, tmp_path):
     monkeypatch.setattr(profiles, "PROFILES", dict(profiles.PROFILES))
     monkeypatch.setattr(profiles, "BROKEN_PROFILES", {})
     return tmp_path
+
+
+@pytest.fixture
+def fake_spawn(monkeypatch):
+    """Stand ``mp.spawn`` in with one that takes the next of ``outcomes`` per call: ``"abort"`` (a rank killed by
+    SIGABRT, as the runtime's sporadic aborts are), ``"error"`` (a rank's own exception) or ``"ok"``, where
+    ``on_ok(args, nprocs)`` plays the ranks' work. Returns the list of each call's ``args``."""
+    import torch.multiprocessing as mp
+
+    def install(outcomes: list[str], on_ok=None) -> list[tuple]:
+        calls: list[tuple] = []
+
+        def spawn(fn, args, nprocs, join):
+            calls.append(args)
+            what = outcomes.pop(0)
+            if what != "ok":
+                raise mp.ProcessExitedException("rank 1 died", 1, 0, -6 if what == "abort" else 1,
+                                                "SIGABRT" if what == "abort" else None)
+            if on_ok is not None:
+                on_ok(args, nprocs)
+        monkeypatch.setattr(mp, "spawn", spawn)
+        return calls
+    return install

@@ -30,24 +30,19 @@ def test_two_process_dmp_trains_with_a_shardplan_plan(task) -> None:
     assert result.loss_fell, result.losses
 
 
-def test_the_trainer_starts_its_ranks_through_the_retrying_spawn(task, monkeypatch) -> None:
+def test_the_trainer_starts_its_ranks_through_the_retrying_spawn(task, fake_spawn) -> None:
     """An abort in the runtime, then success: ``train_with_plan`` reads the second attempt's files
     (``spawn_ranks``' own cases are in tests/test_processes.py)."""
     import numpy as np
-    import torch.multiprocessing as mp
 
-    plan = shardplan.plan(task, searcher="neuroshard", sharding_types=GLOO_TYPES)
-    outcomes = ["abort", "ok"]
-
-    def spawn(fn, args, nprocs, join):
-        if outcomes.pop(0) == "abort":
-            raise mp.ProcessExitedException("rank 1 died", 1, 0, -6, "SIGABRT")
+    def ranks_write_their_files(args, nprocs) -> None:
         for r in range(nprocs):
             np.savez(args[-1] / f"rank{r}.npz", seconds=1.0, losses=np.ones(3), weights_bytes=1, state_bytes=0,
                      peak_growth_bytes=-1)
 
-    monkeypatch.setattr(mp, "spawn", spawn)
-    assert train_with_plan(plan, iterations=3, warmup=0).losses == [1.0] * 3 and outcomes == []
+    plan = shardplan.plan(task, searcher="neuroshard", sharding_types=GLOO_TYPES)
+    calls = fake_spawn(["abort", "ok"], ranks_write_their_files)
+    assert train_with_plan(plan, iterations=3, warmup=0).losses == [1.0] * 3 and len(calls) == 2
 
 
 @pytest.mark.parametrize("optimizer", ["rowwise_adagrad", "adagrad"])

@@ -7,24 +7,12 @@ import torch.multiprocessing as mp
 from shardplan.processes import free_port, spawn_ranks
 
 
-def _fake_spawn(outcomes: list[str], calls: list[tuple]):
-    """A stand-in for ``mp.spawn``: each call takes the next outcome (a SIGABRT, a rank's error, or success)."""
-    def spawn(fn, args, nprocs, join):
-        calls.append(args)
-        what = outcomes.pop(0)
-        if what != "ok":
-            raise mp.ProcessExitedException("rank 1 died", 1, 0, -6 if what == "abort" else 1,
-                                            "SIGABRT" if what == "abort" else None)
-    return spawn
-
-
 @pytest.mark.parametrize("outcomes,raised,expected_calls", [(["ok"], False, 1), (["abort", "ok"], False, 2),
                                                             (["abort", "abort", "ok"], True, 2),
                                                             (["error", "ok"], True, 1)])
-def test_an_abort_is_run_once_more_and_a_second_abort_or_an_error_raised(monkeypatch, outcomes, raised,
+def test_an_abort_is_run_once_more_and_a_second_abort_or_an_error_raised(fake_spawn, outcomes, raised,
                                                                           expected_calls) -> None:
-    calls: list[tuple] = []
-    monkeypatch.setattr(mp, "spawn", _fake_spawn(outcomes, calls))
+    calls = fake_spawn(outcomes)
     if raised:
         with pytest.raises(mp.ProcessExitedException):
             spawn_ranks(print, 3, "a", "b")

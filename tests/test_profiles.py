@@ -69,8 +69,9 @@ def test_a_host_of_the_same_cpu_name_but_another_l3_is_told_apart(host, profile_
     xeon = get_profile("cpu-2c-xeon")
     assert xeon.l3_mib == 480 and get_profile("cpu-2c").l3_mib == 32
     host(INTEL, 105.0)
-    assert profiles.cache_differs(xeon) and not profiles.cache_differs(xeon, 420.0)
-    assert not profiles.cache_differs(get_profile("h100"))  # a GPU profile has no CPU cache of its labels
+    assert profiles.cache_differs(xeon, 105.0) and not profiles.cache_differs(xeon, 420.0)
+    assert not profiles.cache_differs(xeon, None)  # an unknown cache tells nothing apart
+    assert not profiles.cache_differs(get_profile("h100"), 105.0)  # a GPU profile has no CPU cache of its labels
     assert main(["profiles", "--new", "xeon-guest", "--like", "cpu-2c-xeon"]) == 0
     assert get_profile("xeon-guest").l3_mib == 105.0
     trained("xeon-guest", "2026-12-01")
@@ -81,7 +82,7 @@ def test_a_host_of_the_same_cpu_name_but_another_l3_is_told_apart(host, profile_
     check_collect_target(xeon, profile_dir / "elsewhere.parquet")
     host(INTEL, 480.0)  # the profile's own host: the later trained one, its cache
     assert [p.name for p in profiles.host_profiles()] == ["cpu-2c-xeon", "xeon-guest"]
-    assert profiles.cache_note(xeon) is None
+    assert profiles.cache_note(xeon, profiles.host_l3_mib()) is None
     host(INTEL)  # a host whose L3 is not known: no profile is passed over for it
     assert [p.name for p in profiles.host_profiles()] == ["cpu-2c-xeon", "xeon-guest"]
     host(INTEL, 105.0)

@@ -327,21 +327,21 @@ def host_l3_mib(cache_dir: Path = Path("/sys/devices/system/cpu/cpu0/cache")) ->
     return None
 
 
-def cache_differs(profile: Profile, l3_mib: float | None = None) -> bool:
-    """Whether this host's L3 (``l3_mib``, default :func:`host_l3_mib`) is beyond ``CACHE_FACTOR`` either way
-    of the one ``profile``'s labels were taken with; ``False`` where either is unknown."""
-    here = host_l3_mib() if l3_mib is None else l3_mib
-    if profile.device != "cpu" or profile.l3_mib is None or here is None:
+def cache_differs(profile: Profile, l3_mib: float | None) -> bool:
+    """Whether a host's L3 of ``l3_mib`` (:func:`host_l3_mib`'s reading, ``None`` where unknown) is beyond
+    ``CACHE_FACTOR`` either way of the one ``profile``'s labels were taken with; ``False`` where either is
+    unknown. The reading is the caller's, so that one reading serves every check and message it feeds."""
+    if profile.device != "cpu" or profile.l3_mib is None or l3_mib is None:
         return False
-    return not 1 / CACHE_FACTOR <= here / profile.l3_mib <= CACHE_FACTOR
+    return not 1 / CACHE_FACTOR <= l3_mib / profile.l3_mib <= CACHE_FACTOR
 
 
-def cache_note(profile: Profile) -> str | None:
-    """What :func:`cache_differs` found, in words, or ``None`` where the caches agree or one is unknown."""
-    here = host_l3_mib()  # read once for the check and the words
-    if here is None or not cache_differs(profile, here):
+def cache_note(profile: Profile, l3_mib: float | None) -> str | None:
+    """What :func:`cache_differs` finds for a host's L3 of ``l3_mib``, in words, or ``None`` where the caches
+    agree or one is unknown."""
+    if not cache_differs(profile, l3_mib):
         return None
-    return (f"this host's L3 is {here:g} MiB where {profile.name}'s labels were taken with "
+    return (f"this host's L3 is {l3_mib:g} MiB where {profile.name}'s labels were taken with "
             f"{profile.l3_mib:g} MiB: another machine under the same CPU name, whose sets that touch tens of MB "
             "a batch leave the cache at another size")
 
@@ -463,7 +463,7 @@ def host_record(profile: Profile) -> dict[str, str]:
 def check_collect_target(profile: Profile, out: Path) -> None:
     """Refuse to write this host's timings into another CPU's committed cost data, or another machine's of
     the same CPU name and another L3 (:func:`cache_note`)."""
-    note = foreign_host_note(profile) or cache_note(profile)
+    note = foreign_host_note(profile) or cache_note(profile, host_l3_mib())
     if note and profile.dir.resolve() in Path(out).resolve().parents:
         raise InputError("profile", note, f"or write elsewhere with --out (not under {profile.dir})")
 
