@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from .argtypes import at_least
 from .cost.draws import REPLICA_MAX_ROWS, REPLICA_WORLDS, ROW_SHARE, ROW_SPLITS, SetShape
-from .cost.profiles import DEFAULT_PROFILE, Profile
+from .cost.profiles import DEFAULT_PROFILE, HostChip, Profile
 from .domain import DTYPE_BYTES, OPTIMIZERS
 from .errors import InputError, exit_status
 
@@ -431,7 +431,7 @@ def _cmd_searchers(args: argparse.Namespace) -> int:
 
 
 def _cmd_profiles(args: argparse.Namespace) -> int:
-    from .cost.profiles import (BROKEN_PROFILES, DEFAULT_KIND, PROFILES, cache_note, host_cpu, host_l3_mib,
+    from .cost.profiles import (BROKEN_PROFILES, DEFAULT_KIND, PROFILES, chip_note, host_chip, host_cpu,
                                 host_profiles, measured_on_this_cpu, model_kinds, new_profile)
 
     if args.profile and not (args.probe or args.host_reference):
@@ -453,10 +453,11 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     here = mine[0] if mine else None
     others = (f" (also measured on this CPU: {', '.join(p.name for p in mine[1:])}; shardplan run takes "
               f"{here.name}; SHARDPLAN_PROFILE=NAME or --profile picks another)" if len(mine) > 1 else "")
-    l3 = host_l3_mib()
-    print(f"this host: {host_cpu()!r}{f' (L3 {l3:g} MiB)' if l3 else ''}; its profile: "
+    chip = host_chip()
+    about = ", ".join(([chip.signature] if chip.signature else []) + ([f"L3 {chip.l3_mib:g} MiB"] if chip.l3_mib else []))
+    print(f"this host: {host_cpu()!r}{f' ({about})' if about else ''}; its profile: "
           f"{here.name if here else 'none trained'}{others}")
-    note = cache_note(here, l3) if here else None
+    note = chip_note(here, chip) if here else None
     if note:
         print(note)
     rows = []
@@ -473,7 +474,7 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     for name, tags, state, text in rows:
         print(f"{name:<{width}}{tags:<20}{state:<{state_width}}{text}")
     if args.probe:
-        print(_probe_note(_probe_target(args.profile, here), l3))
+        print(_probe_note(_probe_target(args.profile, here), chip))
     if args.host_reference:
         print(_host_reference_note(args.profile))
     return 0
@@ -491,10 +492,11 @@ def _profile_progress(name: str) -> str:
     rows = [[s.name, s.file, detail or ("missing" + (" (planning needs it)" if s.needed_to_plan else ""))]
             for s, detail in done]
     todo = [s for s, detail in done if detail is None]
+    chip = ", ".join(x for x in (p.cpu_signature, f"L3 {p.l3_mib:g} MiB" if p.l3_mib else None) if x)
     protocol = (f"{p.device}{f', {p.threads} thread(s) a rank' if p.device == 'cpu' else ''}, "
                 f"{p.warmup} warm-up then the median of "
                 f"{p.repeats}, global batches {', '.join(map(str, p.collect_batch_sizes))}"
-                + (f", CPU {p.cpu_model!r}" if p.cpu_model else ""))
+                + (f", CPU {p.cpu_model!r}" if p.cpu_model else "") + (f" ({chip})" if chip else ""))
     lines = [f"{p.name}: {p.description}", f"{p.dir / 'profile.json'}: {protocol}"]
     if p.published:
         f = p.published
@@ -549,13 +551,13 @@ def _probe_target(name: str | None, here: Profile | None) -> Profile | None:
     return get_profile(DEFAULT_PROFILE) if os.environ.get(PROFILE_ENV) else here
 
 
-def _probe_note(profile: Profile | None, l3_mib: float | None) -> str:
-    """``profiles --probe``: whether this host (its L3 ``l3_mib``, as :func:`host_l3_mib` read it) runs its
-    profile's stored ranks as fast as their labels say.
+def _probe_note(profile: Profile | None, chip: HostChip) -> str:
+    """``profiles --probe``: whether this host (of :class:`HostChip` ``chip``) runs its profile's stored ranks
+    as fast as their labels say.
     A CPU's name does not tell two machines apart (session 39's AMD EPYC guest ran ``cpu-2c``'s stored ranks
     at 2-2.7x their labels); timing a few of them does."""
     from .cost.fitness import probe
-    from .cost.profiles import cache_differs
+    from .cost.profiles import chip_differences
     from .report_text import FAR_FACTOR, far_from_labels
 
     if profile is None:
@@ -574,9 +576,9 @@ def _probe_note(profile: Profile | None, l3_mib: float | None) -> str:
     raw = fitness.label_ratio * fitness.reference_slowdown  # the probe divides by the reference; undo it
     line = f"probe ({profile.name}): {fitness.describe()}; undivided, the stored ranks ran {raw:.2f}x their labels"
     if far_from_labels(raw):
-        same = "though its CPU has the same name" + (
-            f", with {l3_mib:g} MiB of L3 to the labels' host's {profile.l3_mib:g}"
-            if cache_differs(profile, l3_mib) else "")
+        differences = chip_differences(profile, chip)
+        same = "though its CPU has the same name" + (f": this host's {' and its '.join(differences)}"
+                                                     if differences else "")
         line += (f"\nthis host does not run like the one {profile.name}'s labels were taken on (beyond "
                  f"{FAR_FACTOR}x either way, {same}): its predictions are that host's; "
                  "measure with --calibrate to put timings on that host, or collect a profile of this one")

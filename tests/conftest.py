@@ -99,11 +99,11 @@ def model_path(tmp_path_factory):
 
 @pytest.fixture
 def host(monkeypatch):
-    """Set the CPU this process believes it runs on, and its L3 (MiB; unknown unless given, so that the machine
-    the tests run on never decides which profile is this host's)."""
-    def set_host(cpu: str, l3_mib: float | None = None) -> None:
+    """Set the CPU this process believes it runs on, its L3 (MiB) and its family and model ("family F model M";
+    both unknown unless given, so that the machine the tests run on never decides which profile is this host's)."""
+    def set_host(cpu: str, l3_mib: float | None = None, signature: str | None = None) -> None:
         monkeypatch.setattr(profiles, "host_cpu", lambda: cpu)
-        monkeypatch.setattr(profiles, "host_l3_mib", lambda: l3_mib)
+        monkeypatch.setattr(profiles, "host_chip", lambda: profiles.HostChip(l3_mib, signature))
     return set_host
 
 

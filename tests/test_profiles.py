@@ -69,9 +69,10 @@ def test_a_host_of_the_same_cpu_name_but_another_l3_is_told_apart(host, profile_
     xeon = get_profile("cpu-2c-xeon")
     assert xeon.l3_mib == 480 and get_profile("cpu-2c").l3_mib == 32
     host(INTEL, 105.0)
-    assert profiles.cache_differs(xeon, 105.0) and not profiles.cache_differs(xeon, 420.0)
-    assert not profiles.cache_differs(xeon, None)  # an unknown cache tells nothing apart
-    assert not profiles.cache_differs(get_profile("h100"), 105.0)  # a GPU profile has no CPU cache of its labels
+    chip = profiles.HostChip
+    assert profiles.chip_differs(xeon, chip(105.0)) and not profiles.chip_differs(xeon, chip(420.0))
+    assert not profiles.chip_differs(xeon, chip())  # an unknown cache tells nothing apart
+    assert not profiles.chip_differs(get_profile("h100"), chip(105.0))  # a GPU profile has no CPU cache of its labels
     assert main(["profiles", "--new", "xeon-guest", "--like", "cpu-2c-xeon"]) == 0
     assert get_profile("xeon-guest").l3_mib == 105.0
     trained("xeon-guest", "2026-12-01")
@@ -82,7 +83,7 @@ def test_a_host_of_the_same_cpu_name_but_another_l3_is_told_apart(host, profile_
     check_collect_target(xeon, profile_dir / "elsewhere.parquet")
     host(INTEL, 480.0)  # the profile's own host: the later trained one, its cache
     assert [p.name for p in profiles.host_profiles()] == ["cpu-2c-xeon", "xeon-guest"]
-    assert profiles.cache_note(xeon, profiles.host_l3_mib()) is None
+    assert profiles.chip_note(xeon, profiles.host_chip()) is None
     host(INTEL)  # a host whose L3 is not known: no profile is passed over for it
     assert [p.name for p in profiles.host_profiles()] == ["cpu-2c-xeon", "xeon-guest"]
     host(INTEL, 105.0)
@@ -92,6 +93,49 @@ def test_a_host_of_the_same_cpu_name_but_another_l3_is_told_apart(host, profile_
     listing = capsys.readouterr().out.splitlines()
     assert listing[0].startswith(f"this host: {INTEL!r} (L3 105 MiB); its profile: cpu-2c-xeon")
     assert listing[1].startswith("this host's L3 is 105 MiB where cpu-2c-xeon's labels were taken with 480 MiB")
+
+
+def test_a_host_of_the_same_cpu_name_and_l3_but_another_cpu_model_is_told_apart(host, plan_dict):
+    """The guest of 2026-12-06: 'AMD EPYC' with 32 MiB of L3, as cpu-2c-nested's, but a Zen 4 (family 25 model
+    17, AVX-512) where that one is a Zen 3 (model 1). Its timings stay out of the nested guest's data, the
+    nested profile goes after any that may be this host's, and a measurement with it says why it does not hold."""
+    nested = get_profile("cpu-2c-nested")
+    assert nested.cpu_signature == "family 25 model 1" and get_profile("cpu-2c").cpu_signature is None
+    zen4 = profiles.HostChip(32.0, "family 25 model 17")
+    assert profiles.chip_differences(nested, zen4) == [
+        "CPU is family 25 model 17 where cpu-2c-nested's labels were taken on family 25 model 1"]
+    assert not profiles.chip_differs(nested, profiles.HostChip(32.0))  # an unknown model tells nothing apart
+    assert not profiles.chip_differs(get_profile("cpu-2c"), zen4)  # nor a profile that never recorded one
+    host(AMD, 32.0)  # a host whose model is not known: no profile is passed over for it
+    assert [p.name for p in profiles.host_profiles()].index("cpu-2c-nested") < [
+        p.name for p in profiles.host_profiles()].index("cpu-2c")  # the later trained first
+    host(AMD, 32.0, "family 25 model 17")
+    assert [p.name for p in profiles.host_profiles()][-1] == "cpu-2c-nested"
+    with pytest.raises(InputError, match="CPU is family 25 model 17 where cpu-2c-nested's"):
+        check_collect_target(nested, nested.dir / "compute.parquet")
+    with pytest.warns(UserWarning, match="family 25 model 17"):
+        cost = measure_plan(load_plan(plan_dict), "cpu-2c-nested")
+    assert "model 1" in cost.extra["foreign_host"]
+    host(AMD, 32.0, "family 25 model 1")
+    check_collect_target(nested, nested.dir / "compute.parquet")  # its own host: allowed
+    assert profiles.host_profile().name == "cpu-2c-nested"
+
+
+def test_the_cpu_signature_is_read_from_cpuinfo_and_checked_in_a_profile_file(host, profile_dir, tmp_path):
+    host(AMD, 32.0, "family 25 model 17")
+    assert main(["profiles", "--new", "zen4-guest", "--like", "cpu-2c-nested"]) == 0
+    assert (get_profile("zen4-guest").l3_mib, get_profile("zen4-guest").cpu_signature) == (32.0, "family 25 model 17")
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+                       "model name\t: AMD EPYC\n\nprocessor\t: 1\ncpu family\t: 26\nmodel\t\t: 2\n")
+    assert profiles.host_cpu_signature(cpuinfo) == "family 25 model 17"  # the first processor's
+    cpuinfo.write_text("processor\t: 0\nCPU implementer\t: 0x41\n")  # an ARM host lists neither
+    assert profiles.host_cpu_signature(cpuinfo) is None and profiles.host_cpu_signature(tmp_path / "no") is None
+    doc = get_profile("cpu-2c-nested").to_json()
+    assert doc["cpu_signature"] == "family 25 model 1" and "cpu_signature" not in get_profile("cpu-2c").to_json()
+    (profile_dir / "bad-sig").mkdir()
+    (profile_dir / "bad-sig" / "profile.json").write_text(json.dumps({**doc, "name": "bad-sig", "cpu_signature": "zen3"}))
+    assert "cpu_signature" in profiles.load_profiles(profile_dir)[1]["bad-sig"]
 
 
 def test_a_profile_file_records_its_hosts_l3(profile_dir, tmp_path):
@@ -157,10 +201,10 @@ def test_the_probe_tells_a_machine_that_only_shares_the_cpus_name(host, monkeypa
     from shardplan.cost import fitness
     from shardplan.cost.fitness import Fitness
 
-    host(AMD)
-    # two committed profiles call their CPU AMD EPYC; the probe re-times the one run takes, the later trained
+    host(AMD, 32.0, "family 25 model 1")  # the nested guest of sessions 39-72
+    # committed profiles call their CPU AMD EPYC; the probe re-times the one run takes: of this family and model
     own = profiles.host_profile().name
-    assert own == "cpu-2c-nested" and [p.name for p in profiles.host_profiles()] == [own, "cpu-2c"]
+    assert own == "cpu-2c-nested" and [p.name for p in profiles.host_profiles()][:2] == [own, "cpu-2c"]
     readings = {own: Fitness(0.60, 4.43, 0.65)}  # session 39's guest on cpu-2c: ranks 2.7x their labels undivided
     monkeypatch.setattr(fitness, "probe", lambda profile: readings.get(profile.name))
     assert main(["profiles", "--probe"]) == 0
@@ -173,8 +217,8 @@ def test_the_probe_tells_a_machine_that_only_shares_the_cpus_name(host, monkeypa
     host(INTEL, 105.0)  # session 73's guest: the same CPU name as cpu-2c-xeon's host, a quarter of its L3
     readings["cpu-2c-xeon"] = Fitness(1.52, 2.74, 0.64)
     assert main(["profiles", "--probe"]) == 0
-    assert ("though its CPU has the same name, with 105 MiB of L3 to the labels' host's 480)"
-            in capsys.readouterr().out)
+    assert ("though its CPU has the same name: this host's L3 is 105 MiB where cpu-2c-xeon's labels were taken "
+            "with 480 MiB)" in capsys.readouterr().out)
     host("Some Other CPU")  # no profile of its own: nothing to probe, and the flag is named
     assert main(["profiles", "--probe"]) == 2
     assert "--probe" in capsys.readouterr().err
@@ -184,7 +228,7 @@ def test_the_committed_profiles_are_read_from_their_folders():
     """Each profile's protocol lives in its folder's profile.json (the files other tools read), and the
     registry holds exactly those: the CPU VMs' protocol (3 warm-up, median of 10) and the GPUs' (2, 5)."""
     found, broken = profiles.load_profiles(profiles.PROFILE_DIR)
-    names = ["cpu-2c", "cpu-2c-nested", "cpu-2c-nested-rowwise-adagrad", "cpu-2c-xeon", "h100", "h200"]
+    names = ["cpu-2c", "cpu-2c-nested", "cpu-2c-nested-rowwise-adagrad", "cpu-2c-xeon", "cpu-2c-zen4", "h100", "h200"]
     assert broken == {} and list(found) == names == list(profiles.PROFILES)
     assert (found["cpu-2c"].cpu_model, found["cpu-2c"].repeats, found["cpu-2c"].threads) == (AMD, 10, 1)
     assert (found["h100"].device, found["h100"].warmup, found["h100"].repeats) == ("cuda", 2, 5)

@@ -27,6 +27,7 @@ DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 PROFILE_DIR = DATA_DIR / "profiles"
 PROFILE_NAME = r"[a-z0-9][a-z0-9._-]{0,63}"
 PROFILE_FORMAT = "shardplan/profile@1"
+CPU_SIGNATURE = r"family \d+ model \d+"  # Profile.cpu_signature, as host_cpu_signature() writes it
 PROFILE_FILE = "profile.json"  # in the profile's folder, beside the cost data and models it owns
 # The profile every command, the Python API and the REST service use unless told another: cpu-2c, or the
 # one a user names once for a machine of their own (`export SHARDPLAN_PROFILE=my-a100`) rather than per call.
@@ -67,7 +68,11 @@ class Profile:
     ``l3_mib``: the last-level cache the labels' host reported (MiB, as Linux's sysfs gives it; unset where
     it was not recorded). A CPU name does not tell two hosts apart: a guest of 2026-12-01 named its CPU as
     ``cpu-2c-xeon``'s host did with a quarter of its L3 (105 of 480 MiB), and a set that touches tens of MB a
-    batch leaves the cache's curve at another size there (:func:`cache_note`).
+    batch leaves the cache's curve at another size there (:func:`chip_note`).
+    ``cpu_signature``: the labels' host's CPU family and model (``/proc/cpuinfo``, "family F model M"; unset
+    where not recorded). Neither name nor L3 tells every pair apart: the guest of 2026-12-06 named its CPU
+    ``AMD EPYC`` with 32 MiB of L3, as ``cpu-2c-nested``'s did, but was a Zen 4 (family 25 model 17, AVX-512)
+    where that one was a Zen 3 (model 1, no AVX-512), and FBGEMM's CPU kernels are generated per instruction set.
     ``warmup`` / ``repeats``: the timing protocol (iterations discarded, then
     timed; the median is kept) shared by the collector and plan measurement, so
     the model learns from exactly the instrument that later checks it. A lent GPU is the
@@ -91,6 +96,7 @@ class Profile:
     description: str
     cpu_model: str = ""
     l3_mib: float | None = None
+    cpu_signature: str | None = None
     warmup: int = 3
     repeats: int = 10
     retry_pause_s: float | None = None  # None: kernel.RETRY_PAUSE_S
@@ -112,7 +118,7 @@ class Profile:
     def to_json(self) -> dict[str, object]:
         """The ``shardplan/profile@1`` document of this profile."""
         doc = {"format": PROFILE_FORMAT, **asdict(self), "collect_batch_sizes": list(self.collect_batch_sizes)}
-        for optional in ("published", "retry_pause_s", "slowdown_window_s", "l3_mib"):
+        for optional in ("published", "retry_pause_s", "slowdown_window_s", "l3_mib", "cpu_signature"):
             if doc[optional] is None:
                 del doc[optional]
         if not self.train_decompositions:  # the default recipe is left unwritten, as the fields above
@@ -155,6 +161,7 @@ class _ProfileModel(BaseModel):
     description: Annotated[str, Field(min_length=1)]
     cpu_model: str = ""
     l3_mib: PosFloat | None = None
+    cpu_signature: Annotated[str, Field(pattern=f"^{CPU_SIGNATURE}$")] | None = None
     warmup: NonNegInt = 3
     repeats: PosInt = 10
     retry_pause_s: NonNegFloat | None = None
@@ -249,8 +256,10 @@ def new_profile(name: str, like: str, description: str | None = None) -> Profile
         raise InputError("name", f"profile {name!r} exists ({folder / PROFILE_FILE})", "choose another name")
     cpu = host_cpu() if base.device == "cpu" else ""
     gpu = _gpu_name() if base.device == "cuda" else ""
-    profile = replace(base, name=name, cpu_model=cpu, l3_mib=host_l3_mib() if cpu else None, description=description or
-                      f"{cpu or gpu or 'a GPU machine'}, measured with {like}'s protocol and budgets")
+    chip = host_chip() if cpu else HostChip()
+    profile = replace(base, name=name, cpu_model=cpu, l3_mib=chip.l3_mib, cpu_signature=chip.signature,
+                      description=description or f"{cpu or gpu or 'a GPU machine'}, measured with {like}'s protocol "
+                      "and budgets")
     if not (folder / "README.md").exists():  # a folder made by hand keeps its own notes
         write_text_atomic(folder / "README.md", _new_profile_readme(profile, like, gpu))
     write_text_atomic(folder / PROFILE_FILE, json.dumps(profile.to_json(), indent=2) + "\n")
@@ -279,7 +288,8 @@ def _new_profile_readme(profile: Profile, like: str, gpu: str) -> str:
 
         libs = f"torch {torch.__version__}, no fbgemm_gpu yet"
     name = profile.name
-    cache = f", L3 {profile.l3_mib:g} MiB" if profile.l3_mib else ""
+    cache = (f", {profile.cpu_signature}" if profile.cpu_signature else "") + (
+        f", L3 {profile.l3_mib:g} MiB" if profile.l3_mib else "")
     return "\n".join([
         f"# Profile `{name}`", "",
         f"Made {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by `shardplan profiles --new {name} --like {like}` "
@@ -327,23 +337,66 @@ def host_l3_mib(cache_dir: Path = Path("/sys/devices/system/cpu/cpu0/cache")) ->
     return None
 
 
-def cache_differs(profile: Profile, l3_mib: float | None) -> bool:
-    """Whether a host's L3 of ``l3_mib`` (:func:`host_l3_mib`'s reading, ``None`` where unknown) is beyond
-    ``CACHE_FACTOR`` either way of the one ``profile``'s labels were taken with; ``False`` where either is
-    unknown. The reading is the caller's, so that one reading serves every check and message it feeds."""
-    if profile.device != "cpu" or profile.l3_mib is None or l3_mib is None:
-        return False
-    return not 1 / CACHE_FACTOR <= l3_mib / profile.l3_mib <= CACHE_FACTOR
-
-
-def cache_note(profile: Profile, l3_mib: float | None) -> str | None:
-    """What :func:`cache_differs` finds for a host's L3 of ``l3_mib``, in words, or ``None`` where the caches
-    agree or one is unknown."""
-    if not cache_differs(profile, l3_mib):
+def host_cpu_signature(cpuinfo: Path = Path("/proc/cpuinfo")) -> str | None:
+    """This host's CPU family and model as ``/proc/cpuinfo`` gives them ("family 25 model 17"), or ``None``
+    where it does not."""
+    found: dict[str, str] = {}
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key in ("cpu family", "model") and key not in found:
+                found[key] = value.strip()
+            if not line.strip() and found:  # the first processor's block is enough
+                break
+    except OSError:
         return None
-    return (f"this host's L3 is {l3_mib:g} MiB where {profile.name}'s labels were taken with "
-            f"{profile.l3_mib:g} MiB: another machine under the same CPU name, whose sets that touch tens of MB "
-            "a batch leave the cache at another size")
+    family, model = found.get("cpu family", ""), found.get("model", "")
+    return f"family {family} model {model}" if family.isdigit() and model.isdigit() else None
+
+
+@dataclass(frozen=True)
+class HostChip:
+    """What tells two hosts of one CPU name apart, as a host reports it: its L3 (MiB) and its CPU's family
+    and model; ``None`` where it reports no such thing. Read once (:func:`host_chip`) and handed to every
+    check and message it feeds, so that they all speak of one reading."""
+
+    l3_mib: float | None = None
+    signature: str | None = None
+
+
+def host_chip() -> HostChip:
+    """This host's :class:`HostChip`."""
+    return HostChip(host_l3_mib(), host_cpu_signature())
+
+
+def chip_differences(profile: Profile, chip: HostChip) -> list[str]:
+    """How a host of :class:`HostChip` ``chip`` differs from the one ``profile``'s labels were taken on, one
+    phrase a difference: an L3 beyond ``CACHE_FACTOR`` either way, another CPU family or model. Empty where
+    they agree, where either side is unknown, and for GPU profiles (they name their device, not a CPU)."""
+    if profile.device != "cpu":
+        return []
+    found = []
+    if profile.l3_mib and chip.l3_mib and not 1 / CACHE_FACTOR <= chip.l3_mib / profile.l3_mib <= CACHE_FACTOR:
+        found.append(f"L3 is {chip.l3_mib:g} MiB where {profile.name}'s labels were taken with {profile.l3_mib:g} MiB")
+    if profile.cpu_signature and chip.signature and chip.signature != profile.cpu_signature:
+        found.append(f"CPU is {chip.signature} where {profile.name}'s labels were taken on {profile.cpu_signature}")
+    return found
+
+
+def chip_differs(profile: Profile, chip: HostChip) -> bool:
+    """Whether :func:`chip_differences` finds any."""
+    return bool(chip_differences(profile, chip))
+
+
+def chip_note(profile: Profile, chip: HostChip) -> str | None:
+    """:func:`chip_differences` in a sentence, or ``None`` where there are none."""
+    found = chip_differences(profile, chip)
+    if not found:
+        return None
+    return (f"this host's {' and its '.join(found)}: another machine under the same CPU name, on which "
+            "the labels' timings do not hold (FBGEMM's kernels are generated per instruction set, and a set "
+            "that touches tens of MB a batch leaves the cache at another size)")
 
 
 def runs_here(profile: Profile) -> bool:
@@ -407,8 +460,8 @@ def profiles_pricing(device: str, kind: tuple[str, str]) -> list[str]:
 
 def host_profiles(kind: tuple[str, str] = DEFAULT_KIND) -> list[Profile]:
     """The CPU profiles measured on this host's CPU whose trained compute model prices ``kind`` (optimizer,
-    weight type), the most apt first: one whose labels' L3 is this host's before one whose is not
-    (:func:`cache_differs`), then the longest recorded CPU name (the most specific), then the latest trained
+    weight type), the most apt first: one whose labels' host has this host's L3 and CPU family and model before
+    one whose has not (:func:`chip_differs`), then the longest recorded CPU name (the most specific), then the latest trained
     (a profile made here after a committed one of the same CPU name is the one its maker collected for),
     then by name."""
     found = [p for p in PROFILES.values() if measured_on_this_cpu(p) and (p.dir / "compute-model.json").exists()
@@ -422,8 +475,8 @@ def host_profiles(kind: tuple[str, str] = DEFAULT_KIND) -> list[Profile]:
     by_name = sorted(found, key=lambda p: p.name)
     by_date = sorted(by_name, key=trained, reverse=True)
     by_cpu = sorted(by_date, key=lambda p: len(p.cpu_model), reverse=True)  # sorts are stable
-    here = host_l3_mib()  # read once for all the profiles
-    return by_cpu if here is None else sorted(by_cpu, key=lambda p: cache_differs(p, here))
+    here = host_chip()  # read once for all the profiles
+    return sorted(by_cpu, key=lambda p: chip_differs(p, here))
 
 
 def host_profile(kind: tuple[str, str] = DEFAULT_KIND) -> Profile | None:
@@ -452,9 +505,9 @@ def foreign_host_note(profile: Profile) -> str | None:
 
 
 def host_record(profile: Profile) -> dict[str, str]:
-    """The host a measurement runs on, for its cost block; on a CPU other than ``profile``'s, also
-    why its figures do not compare with the profile's predictions (and a warning now)."""
-    note = foreign_host_note(profile)
+    """The host a measurement runs on, for its cost block; on a CPU other than ``profile``'s (by name, or by
+    :func:`chip_note`), also why its figures do not compare with the profile's predictions (and a warning now)."""
+    note = foreign_host_note(profile) or chip_note(profile, host_chip())
     if note:
         warnings.warn(note, stacklevel=3)
     return {"host_cpu": host_cpu(), **({"foreign_host": note} if note else {})}
@@ -462,8 +515,8 @@ def host_record(profile: Profile) -> dict[str, str]:
 
 def check_collect_target(profile: Profile, out: Path) -> None:
     """Refuse to write this host's timings into another CPU's committed cost data, or another machine's of
-    the same CPU name and another L3 (:func:`cache_note`)."""
-    note = foreign_host_note(profile) or cache_note(profile, host_l3_mib())
+    the same CPU name and another L3 or CPU model (:func:`chip_note`)."""
+    note = foreign_host_note(profile) or chip_note(profile, host_chip())
     if note and profile.dir.resolve() in Path(out).resolve().parents:
         raise InputError("profile", note, f"or write elsewhere with --out (not under {profile.dir})")
 
