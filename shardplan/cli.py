@@ -81,7 +81,7 @@ def _cmd_collect_compute(args: argparse.Namespace) -> int:
     check_collect_target(profile, out)
     df = collect_compute(profile, pool, out, args.samples, seed=args.seed, optimizer=args.optimizer, dtype=args.dtype,
                          repeats=args.repeats, min_shards=args.min_shards, max_shards=args.max_shards,
-                         max_seconds=args.max_seconds, shape=shape)
+                         max_seconds=args.max_seconds, shape=shape, wait_quiet_s=args.wait_quiet)
     print(f"{out}: {len(df)} samples")
     return 0
 
@@ -973,6 +973,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "whatever --min-table-rows says)")
     cc.add_argument("--max-seconds", type=at_least(0, float), default=None,
                     help="stop after this long, keeping what was collected (run again to resume)")
+    cc.add_argument("--wait-quiet", type=at_least(0, float), default=0.0, metavar="SECONDS",
+                    help="after a set the quiet gate still failed on its last attempt, wait up to this long for "
+                         "the reference to read quiet three times in a row, then time the set again and keep the "
+                         "less disturbed timing (for a guest disturbed in spells; default 0: no wait)")
     cc.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute.parquet, "
                                   "compute-large.parquet when --max-shards > 15)")
     cc.set_defaults(func=_cmd_collect_compute)

@@ -140,6 +140,27 @@ def test_a_model_started_from_another_kinds_learns_the_difference_from_few_sets(
         NeuralCostModel(profile="cpu-2c", epochs=1, hidden=16, code=16).fit(sets, fwd, bwd, init=base)
 
 
+def test_a_host_without_plan_ranks_keeps_its_start_models_random_level():
+    """A new host's random sets alone cannot say where plan ranks lie; a start model that learnt the offset on its
+    own host lends it, held fixed, so the new host's model predicts plan ranks below its random sets as that one
+    did. Without such a start, asking for the level is an error that says what is missing."""
+    kw = dict(profile="cpu-2c", hidden=32, code=16, random_level=True)
+    ranks, rf, rb = _synthetic(200, seed=3)
+    sets, fwd, bwd = _synthetic(200)
+    marked = np.arange(400) < 200  # the random sets come first; the plan ranks run 10% under them
+    base = NeuralCostModel(epochs=30, **kw).fit(sets + ranks, np.r_[fwd, rf / 1.1], np.r_[bwd, rb / 1.1],
+                                                 progress=False, random_sets=marked)
+    assert np.all(base.random_offset > 0.03)
+    new_sets, nf, nb = _synthetic(60, seed=4)
+    model = NeuralCostModel(epochs=5, **kw).fit(new_sets, 2 * nf, 2 * nb, progress=False,
+                                                random_sets=np.ones(60, bool), init=base)
+    assert np.array_equal(model.random_offset, base.random_offset)  # held, not learnt again
+    at_random, at_plan = model.predict(new_sets, random_level=True)[1], model.predict(new_sets)[1]
+    assert np.allclose(at_random / at_plan, np.exp(base.random_offset[1]), rtol=1e-4)
+    with pytest.raises(InputError, match="or an init model that learnt it"):
+        NeuralCostModel(epochs=1, **kw).fit(new_sets, nf, nb, progress=False, random_sets=np.ones(60, bool))
+
+
 def test_corrupt_model_file(tmp_path):
     bad = tmp_path / "m.json"
     bad.write_text('{"format": "shardplan/compute-model@1", "profile": "cpu-2c"')
@@ -323,6 +344,33 @@ def test_a_profiles_retry_pause_is_the_collectors_wait(monkeypatch):
         assert row["attempts"] == 3 and slept == pytest.approx(waits)
         slept.clear()
     assert get_profile("cpu-2c").retry_pause_s is None and "retry_pause_s" not in get_profile("cpu-2c").to_json()
+
+
+def test_a_set_the_gate_failed_is_timed_again_after_the_host_reads_quiet(monkeypatch, tmp_path):
+    """``collect compute --wait-quiet``: a set still disturbed after its last attempt waits for three quiet
+    reference readings in a row and is timed again; the less disturbed timing is kept and the wait recorded.
+    A set that passed is not timed again; a wait that never sees quiet ends at its limit."""
+    from shardplan.cost import collect, kernel
+
+    slept: list[float] = []  # the retries' pauses too (one time module): 0 s in the tests
+    monkeypatch.setattr(collect.time, "sleep", slept.append)
+    profile = get_profile("cpu-2c")
+    monkeypatch.setattr(collect, "quiet_reference_ms", lambda p: 1.0)
+    disturbed = [2.0, 2.1] * 4  # all four attempts of sample 0 disturbed
+    waiting = [1.5, 1.0, 1.1, 1.3, 1.0, 1.0, 1.05]  # quiet three in a row only at the end
+    again = [1.0, 1.02]  # sample 0 again, quiet; then sample 1, quiet at once
+    refs = iter(disturbed + waiting + again + [1.0, 1.01])
+    monkeypatch.setattr(kernel, "time_reference", lambda device="cpu": next(refs))
+    monkeypatch.setattr(collect, "time_reference", lambda device="cpu": next(refs))
+    df = collect.collect_compute(profile, POOL, tmp_path / "c.parquet", 2, repeats=1, warmup=0, wait_quiet_s=60)
+    first, second = df.iloc[0], df.iloc[1]
+    assert (first.ref_before_ms, first.ref_after_ms, first.attempts) == (1.0, 1.02, 1)
+    assert first.waited_s >= 0 and slept.count(2.0) == len(waiting) - 1  # none after the third quiet reading
+    assert (second.ref_before_ms, second.attempts) == (1.0, 1) and np.isnan(second.waited_s)
+    monkeypatch.setattr(collect.time, "monotonic", iter(range(0, 1000, 10)).__next__)  # 10 s a reading
+    readings: list[float] = []
+    monkeypatch.setattr(collect, "time_reference", lambda device="cpu": readings.append(3.0) or 3.0)
+    assert collect.wait_until_quiet("cpu", 1.0, 35) >= 35 and len(readings) == 3  # the clock read 10, 20, 30 s
 
 
 def test_a_profiles_slowdown_window_takes_one_references_jitter_out_of_a_label():

@@ -343,6 +343,8 @@ class NeuralCostModel:
 
         ``init`` (a fitted model of the same network shape) is where training starts: its weights, its
         feature scaling and its random sets' offset, in place of a seeded draw and this data's scaling.
+        Where ``random_level`` is asked with no plan ranks among the sets, ``init``'s offset is kept as it
+        is (it must have learnt one): a new host's random sets then teach the network at plan ranks' level.
         Why: a kind labelled on a few hundred sets (another optimizer, paired against a base profile's
         thousands: :mod:`.collect_paired`) shares most of how cost grows with the shards with its base,
         and learns from its own labels how it differs rather than all of it again.
@@ -360,10 +362,14 @@ class NeuralCostModel:
                 raise InputError("decompositions", "must give one ratio pair per set")
             if any(len({x.batch_size for x in d}) != 1 for d in decompositions[0]):
                 raise InputError("decompositions", "each set must be fed one batch size (one fused op)")
-        if self.random_level and not (~marked & (groups < 0)).any():
-            # grouped sets teach ratios only, so nothing else would pin the level the model predicts at
+        # Without whole plan ranks nothing here pins the plan level (grouped sets teach ratios only); a start
+        # model that learnt the offset on its own host lends it, held fixed: the new host's random sets then
+        # train the network at that host's plan level, as far as the two hosts' offsets agree.
+        carried = self.random_level and not (~marked & (groups < 0)).any()
+        if carried and not (init is not None and init.random_level):
             raise InputError("random_sets", "random_level needs sets outside random_sets with absolute labels "
-                             "(whole plan ranks) to set the level; add them or train without random_level")
+                             "(whole plan ranks) to set the level, or an init model that learnt it; add them or "
+                             "train without random_level")
         torch.manual_seed(self.seed)
         gen = torch.Generator().manual_seed(self.seed)
         rng = np.random.default_rng(self.seed)
@@ -392,7 +398,7 @@ class NeuralCostModel:
         # The offset is one number per head that every random set pulls on: it takes larger steps than
         # the weights, or the network's own level moves to split the difference first.
         param_groups = [{"params": list(self.net.parameters()), "lr": self.lr}]
-        if self.random_level:
+        if self.random_level and not carried:
             param_groups.append({"params": [offset], "lr": OFFSET_LR_SCALE * self.lr, "weight_decay": 0.0})
         opt = torch.optim.AdamW(param_groups, lr=self.lr, weight_decay=self.weight_decay)
         absolute = np.flatnonzero(groups < 0)

@@ -185,7 +185,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                      init: Profile | None = None) -> dict[str, Any]:
     """Train on ``data_dir`` (default: the profile's folder), write model and report to ``out_dir``.
     ``random_level``: the random sets' level is learnt apart from plan ranks' (``NeuralCostModel.fit``);
-    it needs plan ranks (``compute-ranks.parquet``) and is not used without them. ``split_batches``: a
+    it needs plan ranks (``compute-ranks.parquet``), or an ``init`` model that learnt it, whose offset is then
+    held fixed; it is not used without either. ``split_batches``: a
     rank's shards of each batch size are priced as an op of their own (``NeuralCostModel.fit``).
     ``context_totals``: the set context also reads the rank's totals (a candidate; ``NeuralCostModel.fit``);
     ``context_code``: how the context reads the mean shard code besides them ("free", "none", "banded";
@@ -314,7 +315,9 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         decomp_train = (pick(np.flatnonzero(~dhold), dsets), dratio[~dhold])
         decomp_split = (pick(np.flatnonzero(dhold), dsets), measured_ratios(ddf[dhold]))
 
-    random_level = random_level and rank_split is not None  # without plan ranks there is no other level
+    # without plan ranks there is no other level, unless the start model learnt it on its own host and lends it
+    carried = random_level and rank_split is None and start is not None and start.random_level
+    random_level = random_level and (rank_split is not None or carried)
     models = {
         # grouped ranks are the same population as the plan ranks, and weigh as much
         "neural": NeuralCostModel(profile=profile.name, epochs=epochs, seed=seed, group_weight=RANK_SAMPLE_WEIGHT,
@@ -414,8 +417,10 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         "evaluation": evals,
         **({"init": {"profile": init.name, "date": start.metadata.get("date"),
                      "trained_on": start.metadata.get("trained_on")}} if init is not None else {}),
-        "random_level": ({"learnt": True, "log_offset_fwd_bwd": neural.random_offset.tolist(),
-                          "note": "random sets are scored at their own level; plan ranks and searchers at plan ranks'"}
+        "random_level": ({"learnt": not carried, "log_offset_fwd_bwd": neural.random_offset.tolist(),
+                          "note": "random sets are scored at their own level; plan ranks and searchers at plan ranks'"
+                          + (f"; the offset is {init.name}'s, held fixed: this profile has no plan ranks of its own"
+                             if carried else "")}
                          if random_level else {"learnt": False}),
         "command": f"shardplan train --profile {profile.name} --epochs {epochs} --seed {seed}"
                    + ("" if random_level else " --no-random-level")
