@@ -454,7 +454,7 @@ def _cmd_profiles(args: argparse.Namespace) -> int:
     others = (f" (also measured on this CPU: {', '.join(p.name for p in mine[1:])}; shardplan run takes "
               f"{here.name}; SHARDPLAN_PROFILE=NAME or --profile picks another)" if len(mine) > 1 else "")
     chip = host_chip()
-    about = ", ".join(([chip.signature] if chip.signature else []) + ([f"L3 {chip.l3_mib:g} MiB"] if chip.l3_mib else []))
+    about = chip.describe()
     print(f"this host: {host_cpu()!r}{f' ({about})' if about else ''}; its profile: "
           f"{here.name if here else 'none trained'}{others}")
     note = chip_note(here, chip) if here else None
@@ -492,7 +492,7 @@ def _profile_progress(name: str) -> str:
     rows = [[s.name, s.file, detail or ("missing" + (" (planning needs it)" if s.needed_to_plan else ""))]
             for s, detail in done]
     todo = [s for s, detail in done if detail is None]
-    chip = ", ".join(x for x in (p.cpu_signature, f"L3 {p.l3_mib:g} MiB" if p.l3_mib else None) if x)
+    chip = HostChip(p.l3_mib, p.cpu_signature).describe()
     protocol = (f"{p.device}{f', {p.threads} thread(s) a rank' if p.device == 'cpu' else ''}, "
                 f"{p.warmup} warm-up then the median of "
                 f"{p.repeats}, global batches {', '.join(map(str, p.collect_batch_sizes))}"

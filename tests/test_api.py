@@ -35,7 +35,7 @@ def test_service_lists_searchers_profiles_and_health(server: str) -> None:
     assert [s["name"] for s in searchers if s["default"]] == ["neuroshard"]
     assert {"torchrec", "greedy-cost", "random"} <= {s["name"] for s in searchers}
     profiles = {p["name"]: p for p in httpx.get(server + "/v1/profiles").json()}
-    names = ["cpu-2c", "cpu-2c-nested", "cpu-2c-nested-rowwise-adagrad", "cpu-2c-xeon", "h100", "h200"]
+    names = ["cpu-2c", "cpu-2c-nested", "cpu-2c-nested-rowwise-adagrad", "cpu-2c-xeon", "cpu-2c-zen4", "h100", "h200"]
     for name in names:  # each with its own trained model
         assert profiles[name]["loaded"] and profiles[name]["compute_model"].startswith("neural")
     assert [name for name, p in profiles.items() if p["default"]] == ["cpu-2c"]

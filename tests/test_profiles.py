@@ -134,7 +134,8 @@ def test_the_cpu_signature_is_read_from_cpuinfo_and_checked_in_a_profile_file(ho
     doc = get_profile("cpu-2c-nested").to_json()
     assert doc["cpu_signature"] == "family 25 model 1" and "cpu_signature" not in get_profile("cpu-2c").to_json()
     (profile_dir / "bad-sig").mkdir()
-    (profile_dir / "bad-sig" / "profile.json").write_text(json.dumps({**doc, "name": "bad-sig", "cpu_signature": "zen3"}))
+    bad = {**doc, "name": "bad-sig", "cpu_signature": "zen3"}
+    (profile_dir / "bad-sig" / "profile.json").write_text(json.dumps(bad))
     assert "cpu_signature" in profiles.load_profiles(profile_dir)[1]["bad-sig"]
 
 

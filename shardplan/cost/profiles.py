@@ -364,6 +364,11 @@ class HostChip:
     l3_mib: float | None = None
     signature: str | None = None
 
+    def describe(self) -> str:
+        """What is known of it, in words ("family 25 model 17, L3 32 MiB"; "" where nothing is)."""
+        cache = f"L3 {self.l3_mib:g} MiB" if self.l3_mib else None
+        return ", ".join(part for part in (self.signature, cache) if part)
+
 
 def host_chip() -> HostChip:
     """This host's :class:`HostChip`."""
@@ -461,7 +466,8 @@ def profiles_pricing(device: str, kind: tuple[str, str]) -> list[str]:
 def host_profiles(kind: tuple[str, str] = DEFAULT_KIND) -> list[Profile]:
     """The CPU profiles measured on this host's CPU whose trained compute model prices ``kind`` (optimizer,
     weight type), the most apt first: one whose labels' host has this host's L3 and CPU family and model before
-    one whose has not (:func:`chip_differs`), then the longest recorded CPU name (the most specific), then the latest trained
+    one whose has not (:func:`chip_differs`), then the longest recorded CPU name (the most specific), then the
+    latest trained
     (a profile made here after a committed one of the same CPU name is the one its maker collected for),
     then by name."""
     found = [p for p in PROFILES.values() if measured_on_this_cpu(p) and (p.dir / "compute-model.json").exists()
