@@ -492,7 +492,7 @@ def _profile_progress(name: str) -> str:
     rows = [[s.name, s.file, detail or ("missing" + (" (planning needs it)" if s.needed_to_plan else ""))]
             for s, detail in done]
     todo = [s for s, detail in done if detail is None]
-    chip = HostChip(p.l3_mib, p.cpu_signature).describe()
+    chip = p.chip.describe()
     protocol = (f"{p.device}{f', {p.threads} thread(s) a rank' if p.device == 'cpu' else ''}, "
                 f"{p.warmup} warm-up then the median of "
                 f"{p.repeats}, global batches {', '.join(map(str, p.collect_batch_sizes))}"

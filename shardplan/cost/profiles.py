@@ -108,6 +108,11 @@ class Profile:
     def dir(self) -> Path:
         return PROFILE_DIR / self.name
 
+    @property
+    def chip(self) -> "HostChip":
+        """The chip of the host its labels were taken on, as recorded (:class:`HostChip`)."""
+        return HostChip(self.l3_mib, self.cpu_signature)
+
     def use_threads(self) -> None:
         """Give this process the intra-op threads one rank gets on this profile (CPU profiles)."""
         if self.device == "cpu" and self.threads:
@@ -288,8 +293,8 @@ def _new_profile_readme(profile: Profile, like: str, gpu: str) -> str:
 
         libs = f"torch {torch.__version__}, no fbgemm_gpu yet"
     name = profile.name
-    cache = (f", {profile.cpu_signature}" if profile.cpu_signature else "") + (
-        f", L3 {profile.l3_mib:g} MiB" if profile.l3_mib else "")
+    chip = profile.chip.describe()
+    cache = f", {chip}" if chip else ""
     return "\n".join([
         f"# Profile `{name}`", "",
         f"Made {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC by `shardplan profiles --new {name} --like {like}` "
@@ -510,10 +515,16 @@ def foreign_host_note(profile: Profile) -> str | None:
             f"{profile.cpu_model!r}: its predictions and quiet reference do not hold here; {fix}")
 
 
+def host_mismatch_note(profile: Profile) -> str | None:
+    """Why ``profile``'s labels were not taken on this host: another CPU name (:func:`foreign_host_note`), else
+    another chip under the same name (:func:`chip_note`); ``None`` when neither."""
+    return foreign_host_note(profile) or chip_note(profile, host_chip())
+
+
 def host_record(profile: Profile) -> dict[str, str]:
     """The host a measurement runs on, for its cost block; on a CPU other than ``profile``'s (by name, or by
     :func:`chip_note`), also why its figures do not compare with the profile's predictions (and a warning now)."""
-    note = foreign_host_note(profile) or chip_note(profile, host_chip())
+    note = host_mismatch_note(profile)
     if note:
         warnings.warn(note, stacklevel=3)
     return {"host_cpu": host_cpu(), **({"foreign_host": note} if note else {})}
@@ -522,7 +533,7 @@ def host_record(profile: Profile) -> dict[str, str]:
 def check_collect_target(profile: Profile, out: Path) -> None:
     """Refuse to write this host's timings into another CPU's committed cost data, or another machine's of
     the same CPU name and another L3 or CPU model (:func:`chip_note`)."""
-    note = foreign_host_note(profile) or chip_note(profile, host_chip())
+    note = host_mismatch_note(profile)
     if note and profile.dir.resolve() in Path(out).resolve().parents:
         raise InputError("profile", note, f"or write elsewhere with --out (not under {profile.dir})")
 
