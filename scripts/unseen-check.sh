@@ -11,7 +11,8 @@
 # (default 2: a spell, not a blip), probes again after the task and measures it again where the host did not
 # stay fit through it, and exits 3 when it does not come (nothing of that run is pooled yet). The tasks it
 # measured are kept (bench/plan_accuracy.py resumes):
-# the same call with STAMP set to the stopped run's stamp (its file name's YYYYMMDDTHHMM) goes on from them.
+# the same call with STAMP set to the stopped run's stamp (its file name's YYYYMMDDTHHMM) goes on from them,
+# and keeps a run that was whole.
 # A stopped gated run's partial file (bench/results/*.partial.json, git-ignored) is worth committing with
 # `git add -f`: on a guest seldom fit (a tenth of the probes, 2026-11-29) its tasks are scarce, and a clone on
 # another machine resumes from it.
@@ -51,8 +52,12 @@ if [ -n "${FIRST:-}" ]; then
   for i in $(seq 1 "$runs"); do measure "$(run_name "$i")" --tasks "$FIRST"; done
 fi
 files=()
+done_run() {  # a run whose results are written and that left no partial file is whole: a resumed check skips it
+  [ -f "bench/results/$1.csv" ] && [ ! -f "bench/results/$1.partial.json" ]
+}
 for i in $(seq 1 "$runs"); do
-  measure "$(run_name "$i")"
+  if done_run "$(run_name "$i")"; then echo "$(run_name "$i"): measured already; kept"
+  else measure "$(run_name "$i")"; fi
   files+=("bench/results/$(run_name "$i").csv")
 done
 .venv/bin/shardplan profiles --probe | tail -2

@@ -107,7 +107,7 @@ def _cmd_collect_retime(args: argparse.Namespace) -> int:
     src, out = Path(args.src), Path(args.out)
     _check_copy_target(profile, ("SRC", src, "give a parquet file written by shardplan collect"),
                        (out, "write the new timings to another file"))
-    df = retime(profile, src, out)
+    df = retime(profile, src, out, wait_quiet_s=args.wait_quiet)
     print(f"{out}: {len(df)} rows re-timed from {src}")
     return 0
 
@@ -141,13 +141,17 @@ def _cmd_collect_ranks(args: argparse.Namespace) -> int:
             raise InputError("--plans", f"no plan files in {args.plans}", "give the folder the plans were saved to")
         out = Path(args.out) if args.out else profile.dir / "compute-ranks.parquet"
         check_collect_target(profile, out)
-        df = collect_carried_plan_ranks(profile, plan_paths, out, round_=args.round, wait_fit_s=60 * args.wait_fit)
+        df = collect_carried_plan_ranks(profile, plan_paths, out, round_=args.round, wait_fit_s=60 * args.wait_fit,
+                                        wait_quiet_s=args.wait_quiet)
         print(f"{out}: {int((df['source'] == 'plan-rank').sum())} rank samples")
         return 0
     paths = sorted(Path(args.suite).glob("*.json"))
     if not paths:
         raise InputError("--suite", f"no task files in {args.suite}")
     if args.visits > 1:  # a task's plans timed together, for within-task relative labels
+        if args.wait_quiet:  # one divisor per task, no per-rank gate to wait on
+            raise InputError("--wait-quiet", "has no per-rank quiet gate to wait on with --visits above 1 (a task's "
+                             "plans share one divisor)", "leave --wait-quiet out, or time ranks one by one")
         from .cost.collect_ranks import collect_plan_groups
 
         out = Path(args.out) if args.out else profile.dir / "compute-plan-groups.parquet"
@@ -159,7 +163,7 @@ def _cmd_collect_ranks(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else profile.dir / "compute-ranks.parquet"
     check_collect_target(profile, out)
     df = collect_plan_ranks(profile, paths, args.searchers.split(","), _estimator(args), out, round_=args.round,
-                            wait_fit_s=60 * args.wait_fit)
+                            wait_fit_s=60 * args.wait_fit, wait_quiet_s=args.wait_quiet)
     print(f"{out}: {int((df['source'] == 'plan-rank').sum())} rank samples")
     return 0
 
@@ -722,6 +726,14 @@ def add_wait_fit(parser: argparse.ArgumentParser, zero_or_after: str, gate: bool
                              "(default %(default)s; run again to resume)")
 
 
+def add_wait_quiet(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--wait-quiet``: the collectors' second chance for a timing the quiet gate failed (collect.timed_row)."""
+    parser.add_argument("--wait-quiet", type=at_least(0, float), default=0.0, metavar="SECONDS",
+                        help=f"after a {what} the quiet gate still failed on its last attempt, wait up to this long "
+                             f"for the reference to read quiet three times in a row, then time the {what} again and "
+                             "keep the less disturbed timing (for a guest disturbed in spells; default 0: no wait)")
+
+
 def fit_gate(args: argparse.Namespace) -> FitGate:
     """The gate :func:`add_wait_fit` (``gate=True``) put on the command line."""
     from .cost.fit_gate import FitGate
@@ -973,10 +985,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "whatever --min-table-rows says)")
     cc.add_argument("--max-seconds", type=at_least(0, float), default=None,
                     help="stop after this long, keeping what was collected (run again to resume)")
-    cc.add_argument("--wait-quiet", type=at_least(0, float), default=0.0, metavar="SECONDS",
-                    help="after a set the quiet gate still failed on its last attempt, wait up to this long for "
-                         "the reference to read quiet three times in a row, then time the set again and keep the "
-                         "less disturbed timing (for a guest disturbed in spells; default 0: no wait)")
+    add_wait_quiet(cc, "set")
     cc.add_argument("--out", help="parquet file (default data/profiles/<profile>/compute.parquet, "
                                   "compute-large.parquet when --max-shards > 15)")
     cc.set_defaults(func=_cmd_collect_compute)
@@ -1000,11 +1009,13 @@ def build_parser() -> argparse.ArgumentParser:
     cr.add_argument("--rounds", type=at_least(1), default=2, help="interleaved rounds with --visits (default 2)")
     add_wait_fit(cr, "then accept a steady slowdown up to 2x, as plan measurements do; 0 (default) "
                      "gates each rank on the reference alone (within 1.2x of quiet)")
+    add_wait_quiet(cr, "rank")
     cr.set_defaults(func=_cmd_collect_ranks)
     ct = with_profile(csub.add_parser("retime", help="time every shard set of a cost-data file again, "
                                                      "row by row (repeatability; resumable)"), model=False)
     ct.add_argument("src", metavar="SRC", help="a parquet file of shardplan collect")
     ct.add_argument("--out", required=True, help="parquet file for the new timings (with src_row)")
+    add_wait_quiet(ct, "set")
     ct.set_defaults(func=_cmd_collect_retime)
     cp = with_profile(csub.add_parser("paired", help="label another optimizer or weight type from a base profile's "
                                                      "labels: each set timed in both kinds in turns (resumable)"),

@@ -12,7 +12,7 @@ from shardplan.cost.collect import collect_compute
 from shardplan.cost.draws import SetShape, random_sample
 from shardplan.cost.kernel import RankOp, time_specs
 from shardplan.cost.model import CONTEXT_TRIM_PERCENT, NeuralCostModel
-from shardplan.cost.profiles import get_profile
+from shardplan.cost.profiles import get_profile, host_cpu_signature
 from shardplan.cost.specs import ShardSpec, specs_from_json
 from shardplan.cost.split import is_holdout
 from shardplan.cost.train import GROUP_SPLIT, metrics
@@ -67,6 +67,8 @@ def test_collector_writes_stamped_rows_and_resumes(tmp_path):
     for col in ("profile", "cpu_model", "cpu_cores", "torch", "fbgemm_gpu", "date", "load1_before",
                 "threads", "fwd_ms", "bwd_ms", "fwd_samples_ms", "warmup", "repeats"):
         assert col in df.columns
+    # the chip, not only its name: one CPU name covers hosts the labels do not hold on (cpu-2c-zen4)
+    assert df["cpu_signature"].tolist() == [host_cpu_signature()] * len(df) and "l3_mib" in df.columns
     assert (df["fwd_ms"] > 0).all() and (df["bwd_ms"] > 0).all()
     assert all(len(specs_from_json(s)) == n for s, n in zip(df["shards"], df["num_shards"]))
     again = collect_compute(prof, POOL, out, 3, seed=5, repeats=2, warmup=1)

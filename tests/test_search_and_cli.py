@@ -497,18 +497,20 @@ def test_rank_collector_gates_on_the_fitness_probe_when_asked(monkeypatch, tmp_p
 
     path = tmp_path / "t.json"
     path.write_text(json.dumps(task_dict))
-    limits = []
+    limits, waits = [], []
     monkeypatch.setattr(collect_ranks, "timed_row",
-                        lambda specs, *a: limits.append(a[-1]) or {"fwd_ms": 1.0, "bwd_ms": 1.0})
+                        lambda specs, *a, wait_quiet_s: limits.append(a[-1]) or waits.append(wait_quiet_s)
+                        or {"fwd_ms": 1.0, "bwd_ms": 1.0})
     monkeypatch.setattr(collect_ranks, "wait_until_fit", lambda profile, wait_s: Fitness(1.02, 1.7))
     out = tmp_path / "ranks.parquet"
     df = collect_ranks.collect_plan_ranks(get_profile("cpu-2c"), [path], ["greedy-dim"], estimator, out,
                                           round_=2, wait_fit_s=60)
-    assert limits and set(limits) == {MEASURE_SLOW_LIMIT}
+    assert limits and set(limits) == {MEASURE_SLOW_LIMIT} and set(waits) == {0.0}
     assert (df.fit_label_ratio == 1.02).all() and (df.fit_reference == 1.7).all() and (df["round"] == 2).all()
     limits.clear()
-    df = collect_ranks.collect_plan_ranks(get_profile("cpu-2c"), [path], ["greedy-dim"], estimator, out, round_=3)
-    assert limits and set(limits) == {QUIET_TOLERANCE}
+    df = collect_ranks.collect_plan_ranks(get_profile("cpu-2c"), [path], ["greedy-dim"], estimator, out, round_=3,
+                                          wait_quiet_s=90)
+    assert limits and set(limits) == {QUIET_TOLERANCE} and waits[-1] == 90  # --wait-quiet reaches every rank
     assert df[df["round"] == 3].fit_label_ratio.isna().all()
 
 
@@ -523,8 +525,8 @@ def test_rank_collectors_time_a_suite_as_the_profile_runs_and_refuse_unknown_sea
     path.write_text(json.dumps({**task_dict, "optimizer": "rowwise_adagrad", "dtype": "fp16"}))
     kinds = []
     monkeypatch.setattr(collect_ranks, "timed_row",
-                        lambda specs, optimizer, dtype, *a: kinds.append((optimizer, dtype)) or {"fwd_ms": 1.0,
-                                                                                                 "bwd_ms": 1.0})
+                        lambda specs, optimizer, dtype, *a, **kw: kinds.append((optimizer, dtype))
+                        or {"fwd_ms": 1.0, "bwd_ms": 1.0})
     out = tmp_path / "ranks.parquet"
     df = collect_ranks.collect_plan_ranks(get_profile("cpu-2c"), [path], ["greedy-dim"], estimator, out)
     assert set(kinds) == {("sgd", "fp32")} and set(zip(df.optimizer, df.dtype)) == {("sgd", "fp32")}
@@ -706,6 +708,7 @@ def test_generated_tasks_sit_in_the_batch_range_their_profiles_cost_data_covers(
     (["collect", "compute", "--max-seconds", "-1"], "--max-seconds"),
     (["collect", "ranks", "--visits", "0"], "--visits"),
     (["collect", "ranks", "--visits", "2", "--rounds", "0"], "--rounds"),
+    (["collect", "ranks", "--wait-quiet", "-1"], "--wait-quiet"),
     (["collect", "comm", "--configs", "0"], "--configs"),
     (["train-dmp", "plan.json", "--rounds", "0"], "--rounds"), (["plan", "task.json", "--seed", "x"], "--seed"),
     (["run", "--rounds", "0"], "--rounds"), (["evaluate", "p.json", "-o", "q.json", "--rounds", "0"], "--rounds"),
@@ -719,6 +722,15 @@ def test_cli_refuses_numbers_out_of_range_before_anything_runs(argv, flag, tmp_p
         main([*argv, "--out", "x.out"] if argv[0] in ("make-tasks", "collect") and argv[1:2] != ["comm"] else argv)
     assert e.value.code == 2 and f"argument {flag}: must be" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_plan_groups_refuse_a_wait_for_quiet_they_have_no_gate_for(tmp_path, capsys):
+    """``collect ranks --visits 2`` divides a task's plans by one slowdown: there is no per-rank quiet gate
+    for ``--wait-quiet`` to wait on, so asking for it is bad input, refused before anything is timed."""
+    out = tmp_path / "groups.parquet"
+    assert main(["collect", "ranks", "--suite", "data/tasks/cpu-bench", "--visits", "2", "--wait-quiet", "30",
+                 "--out", str(out)]) == 2
+    assert "--wait-quiet" in capsys.readouterr().err and not out.exists()
 
 
 def test_policy_training_refuses_no_updates_and_writes_nothing(tmp_path, estimator):

@@ -92,11 +92,26 @@ def spec_columns(specs: list[ShardSpec]) -> dict[str, object]:
 
 def timed_row(specs: list[ShardSpec], optimizer: str, dtype: str, profile: Profile, id_seed: int,
               warmup: int, repeats: int, quiet_ms: float,
-              slow_limit: float = QUIET_TOLERANCE) -> dict[str, object]:
+              slow_limit: float = QUIET_TOLERANCE, wait_quiet_s: float = 0.0) -> dict[str, object]:
     """One shard set timed as every cost-data row records it: the specs, medians and every repeat,
     the protocol, the reference workload before and after (retried while
     :func:`kernel.disturbed` says the machine was more than ``slow_limit`` over ``quiet_ms``
-    or changed speed during the timing; recorded), the load and the date."""
+    or changed speed during the timing; recorded), the load and the date.
+
+    With ``wait_quiet_s``, a set the gate still failed on its last attempt is timed once more after
+    :func:`wait_until_quiet` (up to that many seconds), and the less disturbed of the two timings is kept
+    (``waited_s`` records the wait): a guest disturbed in spells of minutes outlasts the retries' pauses, and
+    dividing by the slowdown corrects only part of a disturbed label."""
+    row = _timed_once(specs, optimizer, dtype, profile, id_seed, warmup, repeats, quiet_ms, slow_limit)
+    if wait_quiet_s <= 0 or not failed_gate(row):
+        return row
+    waited = wait_until_quiet(profile.device, quiet_ms, wait_quiet_s, slow_limit=slow_limit)
+    again = _timed_once(specs, optimizer, dtype, profile, id_seed, warmup, repeats, quiet_ms, slow_limit)
+    return {**min((row, again), key=lambda r: max(r["ref_before_ms"], r["ref_after_ms"])), "waited_s": waited}
+
+
+def _timed_once(specs: list[ShardSpec], optimizer: str, dtype: str, profile: Profile, id_seed: int,
+                warmup: int, repeats: int, quiet_ms: float, slow_limit: float) -> dict[str, object]:
     before = load1()
     b = time_specs_bracketed(specs, optimizer, dtype, profile.device, id_seed, warmup, repeats,
                              quiet_ms=quiet_ms, max_attempts=collect_attempts(profile), slow_limit=slow_limit,
@@ -150,13 +165,13 @@ def append_rows(existing: pd.DataFrame, rows: list[dict] | pd.DataFrame, out: Pa
     return existing
 
 
-def retime(profile: Profile, src: Path, out: Path, flush_every: int = 25) -> pd.DataFrame:
+def retime(profile: Profile, src: Path, out: Path, flush_every: int = 25, wait_quiet_s: float = 0.0) -> pd.DataFrame:
     """Time again, under the current protocol, every shard set of the cost-data file ``src``.
 
     Rows of ``out`` keep ``src``'s identifying columns (seed, sample, source,
     task, searcher, rank, round) and its id seeds, so the two files pair up row
     by row (``src_row``): the pairs show how repeatable the labels are, and
-    ``out`` can replace ``src`` as cleaner data. Resumable.
+    ``out`` can replace ``src`` as cleaner data. Resumable; ``wait_quiet_s`` as in :func:`timed_row`.
     """
     profile.use_threads()
     source = pd.read_parquet(src)
@@ -175,7 +190,7 @@ def retime(profile: Profile, src: Path, out: Path, flush_every: int = 25) -> pd.
             if kind not in stamps:
                 stamps[kind] = _stamp(profile, *kind)
             keep |= timed_row(specs_from_json(row["shards"]), *kind, profile, row_id_seed(row),
-                              int(row["warmup"]), int(row["repeats"]), quiet_ms)
+                              int(row["warmup"]), int(row["repeats"]), quiet_ms, wait_quiet_s=wait_quiet_s)
             keep |= stamps[kind]
         rows.append({"src_row": i, **keep})
         if len(rows) >= flush_every:
@@ -214,10 +229,7 @@ def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples:
     ``shape`` as in :func:`random_sample` (a collection that changes them takes a seed of its own, since a
     seed's sample ``i`` is one set). With ``max_seconds`` it stops (what it has written kept) once that
     much time has passed, so that a lent machine's time limit ends a call cleanly and the next call resumes.
-    With ``wait_quiet_s``, a set the quiet gate still failed on its last attempt is timed once more after
-    :func:`wait_until_quiet` (up to that many seconds), and the less disturbed of the two timings is kept
-    (``waited_s`` records the wait): a guest disturbed in spells of minutes outlasts the retries' pauses, and
-    dividing by the slowdown corrects only part of a disturbed label.
+    ``wait_quiet_s`` as in :func:`timed_row`.
     """
     if not 1 <= min_shards <= max_shards:
         raise InputError("--min-shards/--max-shards", f"must be 1 <= min <= max, got {min_shards} and {max_shards}",
@@ -244,11 +256,7 @@ def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples:
             break
         rng = np.random.default_rng([seed, i])
         specs = random_sample(rng, pool, profile, min_shards, max_shards, shape)
-        row = timed_row(specs, optimizer, dtype, profile, i, warmup, repeats, quiet_ms)
-        if wait_quiet_s > 0 and failed_gate(row):
-            waited = wait_until_quiet(profile.device, quiet_ms, wait_quiet_s)
-            again = timed_row(specs, optimizer, dtype, profile, i, warmup, repeats, quiet_ms)
-            row = {**min((row, again), key=lambda r: max(r["ref_before_ms"], r["ref_after_ms"])), "waited_s": waited}
+        row = timed_row(specs, optimizer, dtype, profile, i, warmup, repeats, quiet_ms, wait_quiet_s=wait_quiet_s)
         rows.append({"seed": seed, "sample": i, "source": "random", **row, **stamp})
         if len(rows) >= flush_every:
             existing, rows = append_rows(existing, rows, out), []

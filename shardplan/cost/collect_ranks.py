@@ -79,8 +79,9 @@ def _resume(profile: Profile, out: Path) -> tuple[pd.DataFrame, set[tuple[str, s
 
 
 def _rank_rows(plan: Plan, searcher: str, profile: Profile, round_: int, quiet_ms: float, stamp: dict,
-               wait_fit_s: float) -> list[dict]:
-    """Every non-empty rank of ``plan`` timed as the random collector times a sample."""
+               wait_fit_s: float, wait_quiet_s: float) -> list[dict]:
+    """Every non-empty rank of ``plan`` timed as the random collector times a sample (``wait_quiet_s`` as in
+    :func:`.collect.timed_row`)."""
     task, gate = plan.task, {}
     if wait_fit_s > 0:
         fitness = wait_until_fit(profile, wait_fit_s)
@@ -91,7 +92,7 @@ def _rank_rows(plan: Plan, searcher: str, profile: Profile, round_: int, quiet_m
     return [{"seed": RANKS_SEED, "sample": sample, "source": "plan-rank", "task": task.name, "searcher": searcher,
              "rank": rank, "round": round_,
              **timed_row(specs, task.optimizer, task.dtype, profile, sample + rank, profile.warmup, profile.repeats,
-                         quiet_ms, slow_limit),
+                         quiet_ms, slow_limit, wait_quiet_s=wait_quiet_s),
              **gate, **stamp}
             for rank, specs in enumerate(rank_specs(plan)) if specs]
 
@@ -111,7 +112,8 @@ def searchers_named(names: list[str]) -> dict[str, Searcher]:
 
 
 def collect_plan_ranks(profile: Profile, task_paths: list[Path], searchers: list[str], estimator: PlanEstimator,
-                       out: Path, round_: int = 0, wait_fit_s: float = 0.0) -> pd.DataFrame:
+                       out: Path, round_: int = 0, wait_fit_s: float = 0.0,
+                       wait_quiet_s: float = 0.0) -> pd.DataFrame:
     """Time the ranks of every (task, searcher) plan not yet in ``out`` for this ``round_``.
 
     A round is one pass of DreamShard's loop: plan with the current model, time,
@@ -130,13 +132,14 @@ def collect_plan_ranks(profile: Profile, task_paths: list[Path], searchers: list
             rows = [{"task": task.name, "searcher": searcher, "rank": -1, "source": "plan-rank-infeasible",
                      "round": round_}]
         else:
-            rows = _rank_rows(plan, searcher, profile, round_, quiet_ms, stamp, wait_fit_s)
+            rows = _rank_rows(plan, searcher, profile, round_, quiet_ms, stamp, wait_fit_s,
+                              wait_quiet_s=wait_quiet_s)
         existing = append_rows(existing, rows, out)  # after every plan, so a stop loses at most one
     return existing
 
 
 def collect_carried_plan_ranks(profile: Profile, plan_paths: list[Path], out: Path, round_: int = 0,
-                               wait_fit_s: float = 0.0) -> pd.DataFrame:
+                               wait_fit_s: float = 0.0, wait_quiet_s: float = 0.0) -> pd.DataFrame:
     """Time the ranks of plans made elsewhere (plan files), as :func:`collect_plan_ranks` times its own.
 
     For a machine that cannot plan what it is to time: the lent GPU has no TorchRec, so its suite's plans
@@ -153,7 +156,8 @@ def collect_carried_plan_ranks(profile: Profile, plan_paths: list[Path], out: Pa
         kind = (plan.task.optimizer, plan.task.dtype)
         if kind not in stamps:
             stamps[kind] = _stamp(profile, *kind)
-        rows = _rank_rows(plan, searcher, profile, round_, quiet_ms, stamps[kind], wait_fit_s)
+        rows = _rank_rows(plan, searcher, profile, round_, quiet_ms, stamps[kind], wait_fit_s,
+                          wait_quiet_s=wait_quiet_s)
         existing = append_rows(existing, rows, out)
     return existing
 

@@ -311,7 +311,8 @@ def _new_profile_readme(profile: Profile, like: str, gpu: str) -> str:
 
 
 def machine_stamp() -> dict[str, object]:
-    """What every cost-data row records about the machine that produced it."""
+    """What every cost-data row records about the machine that produced it: the CPU's name, and its family,
+    model and L3 (:class:`HostChip`), since one name covers chips on which the labels do not hold."""
     cpu = platform.processor() or ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -320,7 +321,9 @@ def machine_stamp() -> dict[str, object]:
                 break
     except OSError:
         pass
-    return {"cpu_model": cpu, "cpu_cores": os.cpu_count() or 0, "hostname": platform.node()}
+    chip = host_chip()
+    return {"cpu_model": cpu, "cpu_signature": chip.signature, "l3_mib": chip.l3_mib, "cpu_cores": os.cpu_count() or 0,
+            "hostname": platform.node()}
 
 
 def host_cpu() -> str:

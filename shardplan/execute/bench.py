@@ -33,7 +33,7 @@ from ..cost.estimator import PlanEstimator
 from ..cost.fit_gate import FitGate
 from ..cost.fitness import LABEL_TOLERANCE, TILT_TOLERANCE, Fitness
 from ..cost.kernel import MEASURE_SLOW_LIMIT, QUIET_TOLERANCE
-from ..cost.profiles import foreign_host_note, get_profile, load1, machine_stamp
+from ..cost.profiles import get_profile, host_mismatch_note, load1, machine_stamp
 from ..domain import Plan, Task
 from ..errors import InputError
 from ..formats import write_text_atomic
@@ -209,9 +209,9 @@ def bench_markdown(df: pd.DataFrame, suite: Path, profile: str, rounds: int, loa
     # Searcher.plan validates every plan it returns, so "not planned" means it reported the task infeasible.
     invalid = df.groupby("searcher")["valid"].apply(lambda v: int((~v.astype(bool)).sum()))
     summary["not_planned"] = summary.searcher.map(invalid)
-    foreign = foreign_host_note(get_profile(profile))
+    foreign = host_mismatch_note(get_profile(profile))
     lines = [f"# shardplan bench: `{suite}` on profile `{profile}`", "",
-             *([f"**Measured on another CPU than the profile's**: {foreign}.", ""] if foreign else []),
+             *([f"**Measured on another host than the profile's labels'**: {foreign}.", ""] if foreign else []),
              machine_state_line(_all_slowdowns(df), probes_by_task(df)), "", *gate_note, *([""] if gate_note else []),
              f"Date {dt.date.today()}; {machine_stamp()['cpu_model']}; load {load_before:.2f} before, "
              f"{load_after:.2f} after. Measured = per-rank fwd+bwd compute timed on real FBGEMM kernels "
