@@ -313,22 +313,21 @@ def _new_profile_readme(profile: Profile, like: str, gpu: str) -> str:
 def machine_stamp() -> dict[str, object]:
     """What every cost-data row records about the machine that produced it: the CPU's name, and its family,
     model and L3 (:class:`HostChip`), since one name covers chips on which the labels do not hold."""
-    cpu = platform.processor() or ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     chip = host_chip()
-    return {"cpu_model": cpu, "cpu_signature": chip.signature, "l3_mib": chip.l3_mib, "cpu_cores": os.cpu_count() or 0,
-            "hostname": platform.node()}
+    return {"cpu_model": host_cpu(), "cpu_signature": chip.signature, "l3_mib": chip.l3_mib,
+            "cpu_cores": os.cpu_count() or 0, "hostname": platform.node()}
 
 
 def host_cpu() -> str:
-    """This host's CPU as cost-data rows record it (``/proc/cpuinfo``'s model name)."""
-    return str(machine_stamp()["cpu_model"])
+    """This host's CPU as cost-data rows record it (``/proc/cpuinfo``'s model name). Read on its own, not
+    through :func:`machine_stamp`: profile matching and every measured cost block ask for the name alone."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or ""
 
 
 def host_l3_mib(cache_dir: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> float | None:
