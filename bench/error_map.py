@@ -52,6 +52,7 @@ from provenance import provenance, write_report  # a sibling: bench/ is on sys.p
 CALIBRATED_SOURCES = {source for _, _, source in RECIPES.values()}  # neighbour-calibrated mixes: not divided
 TOUCHED_MB_EDGES = (0, 1, 4, 8, 16, 32, 64, np.inf)
 MS_EDGES = (0, 2, 4, 8, 16, 32, np.inf)
+PREDICTED_MS_EDGES = (0, 1, 2, 3, 5, 8, 12, 20, 40, np.inf)
 
 
 def trained_files(model: NeuralCostModel) -> set[str]:
@@ -93,6 +94,20 @@ def binned(rows: pd.DataFrame, column: str, edges: tuple[float, ...]) -> pd.Data
     cell = lambda e: f"{median_error(e)} ({len(e)})"  # noqa: E731
     table = rows.groupby(["file", bins], observed=True).log_error.agg(cell).unstack(column)
     return table.fillna("")
+
+
+def spread_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per file and band of *predicted* ms, the shape of the signed log error: median, mean, standard
+    deviation, skew and the share beyond 15% either way. Banded by the prediction, not the label, so a
+    label a busy neighbour slowed stays in its set's band (banded by measured ms it moves to a longer
+    band, and every band's median leans by the noise); a noisy band is wide, and a skewed one has labels
+    far off on one side, which the squared loss follows and the median does not."""
+    bands = pd.cut(rows["predicted_ms"], list(PREDICTED_MS_EDGES))
+    table = rows.groupby(["file", bands], observed=True).log_error.agg(
+        sets="count", median=median_error, mean=lambda e: f"{np.expm1(np.mean(e)) * 100:+.1f}%",
+        sd=lambda e: f"{np.std(e):.3f}", skew=lambda e: f"{pd.Series(e).skew():+.2f}",
+        beyond_15=lambda e: f"{np.mean(np.abs(np.expm1(e)) > 0.15) * 100:.0f}%")
+    return table.reset_index().rename(columns={"predicted_ms": "predicted ms", "beyond_15": "beyond 15%"})
 
 
 def on_bound_table(rows: pd.DataFrame) -> pd.DataFrame:
@@ -142,6 +157,9 @@ def main() -> None:
           "## Per file and split", "", overall.reset_index().to_markdown(index=False), "",
           "## By MB of rows touched a batch", "", binned(rows, "touched_mb", TOUCHED_MB_EDGES).to_markdown(), "",
           "## By measured ms", "", binned(rows, "measured_ms", MS_EDGES).to_markdown(), "",
+          "## The error's spread, by predicted ms", "",
+          "Signed log error per band of the model's own figure (log sd; skew below 0: labels far above the "
+          "model, as slowed timings are).", "", spread_table(rows).to_markdown(index=False), "",
           "## The set context on its bounds, by fifth of measured ms", "",
           "Sets whose context (the factor of either head, of any of their ops) lies outside the range it took "
           "on the training sets are priced at the bound; `unbounded` is the median error the network alone "

@@ -249,7 +249,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                             hot_mixes=args.hot_mixes, long_ranks=args.long_ranks,
                             crowded_mixes=args.crowded_mixes, context_code=args.context_code,
                             slowdown_window_s=args.slowdown_window_s, retimes=args.retimes,
-                            init=get_profile(args.init) if args.init else None)
+                            init=get_profile(args.init) if args.init else None, huber_delta=args.huber_delta)
     print(report_markdown(meta))
     return 0
 
@@ -919,6 +919,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--init", metavar="PROFILE", default=None,
                        help="start from that profile's committed model (same device and recipe): a kind paired "
                             "against it (shardplan collect paired) learns how it differs")
+    train.add_argument("--huber-delta", type=at_least(0.001, float), default=None, metavar="LOG_MS",
+                       help="count each labelled set's log error squared only up to this residual and linearly "
+                            "past it (0.1: about 10%%), so labels a busy neighbour slowed pull the fit less; "
+                            "default: squared throughout; a candidate")
     train.set_defaults(func=_cmd_train)
 
     tp = with_profile(sub.add_parser("train-policy", help="train the rl searcher's placement policy against "

@@ -43,3 +43,15 @@ def test_on_bound_table_counts_bound_sets_and_both_errors_per_fifth(load_script)
 def test_calibrated_mixes_are_not_divided(load_script) -> None:
     em = load_script("bench/error_map.py")
     assert em.CALIBRATED_SOURCES == {"hot-mix", "crowded-mix"}
+
+
+def test_spread_table_bands_by_the_prediction_and_shows_a_one_sided_tail(load_script) -> None:
+    em = load_script("bench/error_map.py")
+    # five sets predicted 2.5 ms: four on the model, one label 2x slow (log error -0.69); one set at 30 ms
+    rows = pd.DataFrame({"file": "a", "predicted_ms": [2.5] * 5 + [30.0],
+                         "log_error": np.log([1.0, 1.0, 1.0, 1.0, 0.5, 1.2])})
+    t = em.spread_table(rows).set_index("predicted ms")
+    short = t.iloc[0]
+    assert (short.sets, short["median"], short["beyond 15%"]) == (5, "+0.0%", "20%")
+    assert short["mean"] == "-12.9%" and short["skew"].startswith("-")  # the slow label pulls the mean, not the median
+    assert t.iloc[1]["sets"] == 1 and t.iloc[1]["beyond 15%"] == "100%"

@@ -114,6 +114,14 @@ def test_cli_train_refuses_a_context_of_the_shard_count_alone_before_reading_dat
         assert build_parser().parse_args(["train", "--context-code", mode]).context_code == mode
 
 
+def test_cli_train_refuses_a_huber_delta_that_is_no_positive_residual(tmp_path, capsys):
+    assert build_parser().parse_args(["train", "--huber-delta", "0.1"]).huber_delta == 0.1
+    for bad in ("0", "-0.1", "tenth"):
+        with pytest.raises(SystemExit) as e:
+            build_parser().parse_args(["train", "--huber-delta", bad])
+        assert e.value.code == 2 and "--huber-delta" in capsys.readouterr().err
+
+
 def test_cli_train_refuses_a_start_of_itself_or_of_another_device_before_reading_data(tmp_path, capsys):
     for init in ("cpu-2c-nested-rowwise-adagrad", "h100"):
         argv = ["train", "--profile", "cpu-2c-nested-rowwise-adagrad", "--init", init, "--out", str(tmp_path / "m")]
