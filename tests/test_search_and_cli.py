@@ -114,7 +114,7 @@ def test_cli_train_refuses_a_context_of_the_shard_count_alone_before_reading_dat
         assert build_parser().parse_args(["train", "--context-code", mode]).context_code == mode
 
 
-def test_cli_train_refuses_a_huber_delta_that_is_no_positive_residual(tmp_path, capsys):
+def test_cli_train_refuses_a_huber_delta_that_is_no_positive_residual(capsys):
     assert build_parser().parse_args(["train", "--huber-delta", "0.1"]).huber_delta == 0.1
     for bad in ("0", "-0.1", "tenth"):
         with pytest.raises(SystemExit) as e:
