@@ -328,10 +328,9 @@ class NeuralCostModel:
         the reference's divisor did not take out) pulls the fit less. Why: on the Zen 4 guest's random
         sets of 2-5 ms the committed model's log error has a long tail of labels far above it (at 2-3
         ms: skew -1.4, the fit a median 8.7% over the labels and a mean 3.1%; ``bench/error_map.py``'s
-        spread table), where a second
-        timing of the same sets moves by about as much as the model errs (the nested guest's
-        repeatability sets, 2-8 ms: the two timings' residuals correlate 0.10). A candidate
-        (session 81): ``docs/cost-model.md``, "A robust loss for noisy short sets".
+        spread table), where a second timing of the same sets moves by about as much as the model
+        errs (the nested guest's repeatability sets, 2-8 ms: the two timings' residuals correlate
+        0.10). A candidate (session 81): ``docs/cost-model.md``, "A robust loss for noisy short sets".
 
         Once fitted, the set context's outputs (the log fusion factor and log overhead of each head)
         are held within the range they took on the training sets, less the outermost
