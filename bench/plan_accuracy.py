@@ -27,6 +27,12 @@ through it: ``--fit-streak N`` starts it only after N fit probes in a row, and
 host unfit, drops the task's figures and measures it again (at most
 ``--retakes`` times; every drop is recorded in the results).
 
+Every row records the compute model that priced it (``model``). A run resumed
+after the profile's model was retrained would otherwise report a blend of two
+models: when the results are written, the rows of another model (or of none
+recorded) are priced again by today's, their tasks planned again, and a rank
+whose plan is no longer the one measured is an error, not a silent mix.
+
     .venv/bin/python bench/plan_accuracy.py --suite data/tasks/unseen-a
 """
 from __future__ import annotations
@@ -45,7 +51,7 @@ from tqdm import tqdm
 
 from shardplan.argtypes import at_least
 from shardplan.cli import add_wait_fit, fit_gate
-from shardplan.cost.estimator import load_estimator
+from shardplan.cost.estimator import PlanEstimator, load_estimator
 from shardplan.cost.fit_gate import FitGate
 from shardplan.cost.profiles import get_profile, load1
 from shardplan.cost.specs import ShardSpec, canonical, rank_specs, specs_to_json
@@ -130,12 +136,49 @@ def task_rows(plan: Plan, task: Task, args: argparse.Namespace) -> list[dict]:
     calibrated = calibrated_rounds(plan, args.profile, args.rounds) if args.calibrate else {}
     return [{**calibrated.get(r, {}), "task": task.name, "rank": r, "tables": len(task.tables),
              "shards": sum(1 for t in plan.tables for s in t.shards if s.rank == r),
-             "rank_signature": rank_signature(specs),
+             "rank_signature": rank_signature(specs), "model": plan.cost.extra["compute_model"],
              "pred_fwd_ms": rc.fwd_compute_ms, "pred_bwd_ms": rc.bwd_compute_ms,
              "meas_fwd_ms": m.fwd_compute_ms, "meas_bwd_ms": m.bwd_compute_ms,
              "reference_slowdown": measured.extra["slowdown"]}
             for r, (rc, m, specs) in enumerate(zip(plan.cost.per_rank, measured.per_rank, rank_specs(plan)))
             if m.compute_ms > 0]
+
+
+def suite_task(path: Path, args: argparse.Namespace) -> Task:
+    """The task at ``path``, run with ``--optimizer``'s optimizer where one is given."""
+    task = load_task(path)
+    return dataclasses.replace(task, optimizer=args.optimizer) if args.optimizer else task
+
+
+def repriced(rows: list[dict], args: argparse.Namespace, est: PlanEstimator) -> tuple[list[dict], list[str]]:
+    """``rows`` with every rank another model priced (or none recorded) priced again by ``est``: its task
+    planned again, the same rank of it (by its shards' signature) read off the new plan's cost. Returns the
+    rows and the tasks priced again. Raises :class:`InputError` where a task's plan is no longer the one
+    measured: its figures could not be told apart from another plan's."""
+    stale = sorted({r["task"] for r in rows if r.get("model") != est.compute_name})
+    if not stale:
+        return rows, []
+    tasks = {t.name: t for t in (suite_task(p, args) for p in suite_paths(Path(args.suite), []))}
+    fresh: dict[tuple[str, int], dict] = {}
+    for name in stale:
+        if name not in tasks:
+            raise InputError("--suite", f"{name}, measured in this run, is no longer a task of {args.suite}",
+                             "restore its task file, or measure the suite again under a new --name")
+        plan = get_searcher(args.searcher).plan(tasks[name], est)
+        for r, (rc, specs) in enumerate(zip(plan.cost.per_rank, rank_specs(plan))):
+            fresh[name, r] = {"rank_signature": rank_signature(specs), "model": est.compute_name,
+                              "pred_fwd_ms": rc.fwd_compute_ms, "pred_bwd_ms": rc.bwd_compute_ms}
+    out = []
+    for row in rows:
+        new = fresh.get((row["task"], row["rank"]))
+        if new is not None:
+            if new["rank_signature"] != row["rank_signature"]:
+                raise InputError("--name", f"{row['task']} rank {row['rank']} was measured on another plan than "
+                                 f"{args.searcher} makes today, so today's model cannot price what was measured",
+                                 "measure the suite again under a new --name")
+            row = {**row, **new}
+        out.append(row)
+    return out, stale
 
 
 def task_names(text: str) -> list[str]:
@@ -210,10 +253,9 @@ def main() -> None:
     gate = fit_gate(args)
     for path in tqdm(suite_paths(Path(args.suite), args.tasks), desc="tasks"):
         task = load_task(path)
+        task = suite_task(path, args)
         if task.name in done or args.only_measured:
             continue
-        if args.optimizer:
-            task = dataclasses.replace(task, optimizer=args.optimizer)
         try:
             plan = searcher.plan(task, est)
         except InputError as e:  # no plan, or one our validator refuses (TorchRec's memory count is not ours)
@@ -225,6 +267,7 @@ def main() -> None:
         raise InputError("--tasks" if args.tasks else "--suite",
                          f"no task was measured: {args.searcher} could plan none of them", "name tasks it can plan")
     part = args.only_measured or bool(args.tasks)
+    rows, repriced_tasks = repriced(rows, args, est)
     df = pd.DataFrame(rows)
     df["pred_ms"] = df.pred_fwd_ms + df.pred_bwd_ms
     df["meas_ms"] = df.meas_fwd_ms + df.meas_bwd_ms
@@ -246,7 +289,7 @@ def main() -> None:
                 f"{(a <= TOLERANCE).mean() * 100:.0f}% of ranks, worst {a.max() * 100:.1f}%")
 
     summary = (f"{len(df)} ranks of {df.task.nunique()} {args.searcher} plans: per-rank fwd+bwd compute, "
-               f"predicted by the neural `{args.profile}` model vs measured on real FBGEMM "
+               f"predicted by the `{args.profile}` model {est.compute_name} vs measured on real FBGEMM "
                f"({args.rounds} round(s) of {args.visits} visit(s), divided by the reference's slowdown): "
                f"{scores(df.rel_err)}.")
     if args.calibrate:
@@ -257,6 +300,8 @@ def main() -> None:
                     f"{(df.cal_round_spread.median() - 1) * 100:.1f}%): {scores(df.cal_rel_err)}.")
     md = [f"# Predicted vs measured rank compute on {args.searcher} plans of `{args.suite}`", "",
           *provenance(load_before), *resumed_note(done, df.task.nunique(), part),
+          *([f"Priced again by this model (measured when another priced them): {', '.join(repriced_tasks)}."]
+            if repriced_tasks else []),
           *gate.note(df, dropped), "",
           machine_state_line(df.groupby("task").reference_slowdown.first().dropna().tolist(), probes_by_task(df)), "",
           summary, "",

@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pytest
 
+from shardplan.cost.estimator import load_estimator
+from shardplan.cost.specs import rank_specs
 from shardplan.errors import InputError
 from shardplan.formats import write_json_atomic
 
@@ -45,7 +47,7 @@ def test_only_measured_writes_the_part_and_keeps_it_resumable(load_script, tmp_p
     with pytest.raises(InputError, match="--only-measured: no task of part"):  # nothing measured yet
         pa.main()
     row = {"task": "unseen-b-00", "rank": 0, "tables": 3, "shards": 2, "rank_signature": "abc",
-           "pred_fwd_ms": 4.0, "pred_bwd_ms": 6.0, "meas_fwd_ms": 5.0, "meas_bwd_ms": 5.0, "reference_slowdown": 2.1,
+           "model": load_estimator("cpu-2c-nested").compute_name, "pred_fwd_ms": 4.0, "pred_bwd_ms": 6.0, "meas_fwd_ms": 5.0, "meas_bwd_ms": 5.0, "reference_slowdown": 2.1,
            "cal_fwd_ms": 4.5, "cal_bwd_ms": 5.5, "cal_factor": 2.0, "cal_features": "ms,held,touched_per_ms",
            "cal_labels": "passed the quiet gate", "cal_round_spread": 1.05, "cal_reference_slowdown": 2.0,
            "fit_label_ratio": 0.95, "fit_reference": 1.5, "fit_tilt": 0.97}
@@ -73,7 +75,7 @@ def test_tasks_measures_the_named_tasks_in_order_and_keeps_the_run_resumable(loa
     def rows(plan, task, args) -> list[dict]:  # the rows of a rank measured at 10 ms, as predicted
         measured.append(task.name)
         return [{"task": task.name, "rank": 0, "tables": len(task.tables), "shards": 1, "rank_signature": "abc",
-                 "pred_fwd_ms": 4.0, "pred_bwd_ms": 6.0, "meas_fwd_ms": 4.0, "meas_bwd_ms": 6.0,
+                 "model": plan.cost.extra["compute_model"], "pred_fwd_ms": 4.0, "pred_bwd_ms": 6.0, "meas_fwd_ms": 4.0, "meas_bwd_ms": 6.0,
                  "reference_slowdown": 1.0}]
 
     monkeypatch.setattr(pa, "task_rows", rows)
@@ -87,3 +89,29 @@ def test_tasks_measures_the_named_tasks_in_order_and_keeps_the_run_resumable(loa
     assert measured == ["unseen-b-02", "unseen-b-00", "unseen-b-01"]
     saved = json.loads((tmp_path / "part.partial.json").read_text())
     assert [r["task"] for r in saved["rows"]] == measured  # kept for the rest of the suite
+
+
+def test_rows_another_model_priced_are_priced_again_by_todays(load_script, tmp_path, monkeypatch) -> None:
+    """A run resumed after the profile's model was retrained reports one model, not a blend of two."""
+    pa = load_script("bench/plan_accuracy.py")
+    args = _args(suite="data/tasks/unseen-b")
+    est = load_estimator("cpu-2c-nested")
+    task = pa.suite_task(pa.suite_paths(pa.Path(args.suite), ["unseen-b-00"])[0], args)
+    plan = pa.get_searcher("torchrec").plan(task, est)
+    specs = rank_specs(plan)
+    rows = [{"task": "unseen-b-00", "rank": r, "rank_signature": pa.rank_signature(specs[r]), "model": "an older one",
+             "pred_fwd_ms": 1.0, "pred_bwd_ms": 1.0} for r in (0, 1)]
+    rows.append({"task": "unseen-b-01", "rank": 0, "rank_signature": "xyz", "model": est.compute_name,
+                 "pred_fwd_ms": 2.0, "pred_bwd_ms": 3.0})  # today's model priced it: left as it is
+    back, stale = pa.repriced(rows, args, est)
+    assert stale == ["unseen-b-00"] and back[2] == rows[2]
+    for r in (0, 1):
+        assert back[r]["model"] == est.compute_name
+        assert (back[r]["pred_fwd_ms"], back[r]["pred_bwd_ms"]) == (plan.cost.per_rank[r].fwd_compute_ms,
+                                                                  plan.cost.per_rank[r].bwd_compute_ms)
+    rows[0] = {**rows[0], "rank_signature": "not this plan's"}
+    with pytest.raises(InputError, match="unseen-b-00 rank 0 was measured on another plan"):
+        pa.repriced(rows, args, est)
+    rows[0] = {**rows[0], "task": "unseen-z-00"}
+    with pytest.raises(InputError, match="--suite: unseen-z-00, measured in this run, is no longer a task"):
+        pa.repriced(rows, args, est)
