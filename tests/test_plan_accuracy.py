@@ -47,7 +47,8 @@ def test_only_measured_writes_the_part_and_keeps_it_resumable(load_script, tmp_p
     with pytest.raises(InputError, match="--only-measured: no task of part"):  # nothing measured yet
         pa.main()
     row = {"task": "unseen-b-00", "rank": 0, "tables": 3, "shards": 2, "rank_signature": "abc",
-           "model": load_estimator("cpu-2c-nested").compute_name, "pred_fwd_ms": 4.0, "pred_bwd_ms": 6.0, "meas_fwd_ms": 5.0, "meas_bwd_ms": 5.0, "reference_slowdown": 2.1,
+           "model": load_estimator("cpu-2c-nested").compute_name,  # today's: not priced again
+           "pred_fwd_ms": 4.0, "pred_bwd_ms": 6.0, "meas_fwd_ms": 5.0, "meas_bwd_ms": 5.0, "reference_slowdown": 2.1,
            "cal_fwd_ms": 4.5, "cal_bwd_ms": 5.5, "cal_factor": 2.0, "cal_features": "ms,held,touched_per_ms",
            "cal_labels": "passed the quiet gate", "cal_round_spread": 1.05, "cal_reference_slowdown": 2.0,
            "fit_label_ratio": 0.95, "fit_reference": 1.5, "fit_tilt": 0.97}
@@ -75,8 +76,8 @@ def test_tasks_measures_the_named_tasks_in_order_and_keeps_the_run_resumable(loa
     def rows(plan, task, args) -> list[dict]:  # the rows of a rank measured at 10 ms, as predicted
         measured.append(task.name)
         return [{"task": task.name, "rank": 0, "tables": len(task.tables), "shards": 1, "rank_signature": "abc",
-                 "model": plan.cost.extra["compute_model"], "pred_fwd_ms": 4.0, "pred_bwd_ms": 6.0, "meas_fwd_ms": 4.0, "meas_bwd_ms": 6.0,
-                 "reference_slowdown": 1.0}]
+                 "model": plan.cost.extra["compute_model"], "pred_fwd_ms": 4.0, "pred_bwd_ms": 6.0,
+                 "meas_fwd_ms": 4.0, "meas_bwd_ms": 6.0, "reference_slowdown": 1.0}]
 
     monkeypatch.setattr(pa, "task_rows", rows)
     monkeypatch.setattr("shardplan.cost.fit_gate.fitness.wait_until_fit", lambda *a, **k: None)  # no probe
