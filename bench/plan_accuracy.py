@@ -252,7 +252,6 @@ def main() -> None:
 
     gate = fit_gate(args)
     for path in tqdm(suite_paths(Path(args.suite), args.tasks), desc="tasks"):
-        task = load_task(path)
         task = suite_task(path, args)
         if task.name in done or args.only_measured:
             continue
