@@ -92,7 +92,7 @@ def test_tasks_measures_the_named_tasks_in_order_and_keeps_the_run_resumable(loa
     assert [r["task"] for r in saved["rows"]] == measured  # kept for the rest of the suite
 
 
-def test_rows_another_model_priced_are_priced_again_by_todays(load_script, tmp_path, monkeypatch) -> None:
+def test_rows_another_model_priced_are_priced_again_by_todays(load_script) -> None:
     """A run resumed after the profile's model was retrained reports one model, not a blend of two."""
     pa = load_script("bench/plan_accuracy.py")
     args = _args(suite="data/tasks/unseen-b")
