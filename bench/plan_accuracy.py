@@ -135,13 +135,18 @@ def task_rows(plan: Plan, task: Task, args: argparse.Namespace) -> list[dict]:
     measured = measure_plan(plan, args.profile, rounds=args.rounds, visits=args.visits)
     calibrated = calibrated_rounds(plan, args.profile, args.rounds) if args.calibrate else {}
     return [{**calibrated.get(r, {}), "task": task.name, "rank": r, "tables": len(task.tables),
-             "shards": sum(1 for t in plan.tables for s in t.shards if s.rank == r),
-             "rank_signature": rank_signature(specs), "model": plan.cost.extra["compute_model"],
-             "pred_fwd_ms": rc.fwd_compute_ms, "pred_bwd_ms": rc.bwd_compute_ms,
+             "shards": sum(1 for t in plan.tables for s in t.shards if s.rank == r), **priced,
              "meas_fwd_ms": m.fwd_compute_ms, "meas_bwd_ms": m.bwd_compute_ms,
              "reference_slowdown": measured.extra["slowdown"]}
-            for r, (rc, m, specs) in enumerate(zip(plan.cost.per_rank, measured.per_rank, rank_specs(plan)))
-            if m.compute_ms > 0]
+            for r, (priced, m) in enumerate(zip(priced_ranks(plan), measured.per_rank)) if m.compute_ms > 0]
+
+
+def priced_ranks(plan: Plan) -> list[dict]:
+    """Per rank of ``plan``: its shards' signature, the model that priced the plan and its predicted fwd/bwd
+    ms; what a row keeps of the prediction, so that :func:`repriced` can replace it."""
+    return [{"rank_signature": rank_signature(specs), "model": plan.cost.extra["compute_model"],
+             "pred_fwd_ms": rc.fwd_compute_ms, "pred_bwd_ms": rc.bwd_compute_ms}
+            for rc, specs in zip(plan.cost.per_rank, rank_specs(plan))]
 
 
 def suite_task(path: Path, args: argparse.Namespace) -> Task:
@@ -165,9 +170,7 @@ def repriced(rows: list[dict], args: argparse.Namespace, est: PlanEstimator) -> 
             raise InputError("--suite", f"{name}, measured in this run, is no longer a task of {args.suite}",
                              "restore its task file, or measure the suite again under a new --name")
         plan = get_searcher(args.searcher).plan(tasks[name], est)
-        for r, (rc, specs) in enumerate(zip(plan.cost.per_rank, rank_specs(plan))):
-            fresh[name, r] = {"rank_signature": rank_signature(specs), "model": est.compute_name,
-                              "pred_fwd_ms": rc.fwd_compute_ms, "pred_bwd_ms": rc.bwd_compute_ms}
+        fresh.update(((name, r), priced) for r, priced in enumerate(priced_ranks(plan)))
     out = []
     for row in rows:
         new = fresh.get((row["task"], row["rank"]))
