@@ -7,7 +7,9 @@ profile's data holds out today (``is_holdout``: by seed and sample, so a set
 held out then is held out now, and a set added since was seen by neither):
 the random sets of ``compute.parquet``, the larger sets of
 ``compute-large.parquet`` (and of any ``compute-large-*.parquet``) and the plan ranks of ``compute-ranks.parquet``
-(where each is present).
+(where each is present). Each larger split is scored again on its sets past the largest set in any file
+the committed model learnt from (plan ranks reach past the random sets trained on): the strict reading of
+"larger than any seen in training".
 
 Labels: on a CPU profile, the real FBGEMM kernel times divided by the
 machine's slowdown as ``shardplan train`` divides them today ("as
@@ -39,6 +41,7 @@ from shardplan.cost.profiles import get_profile, load1
 from shardplan.cost.split import holdout_mask
 from shardplan.cost.train import load_retimes, load_sets, metrics, reference_nominal
 from shardplan.errors import InputError, exit_status
+from error_map import trained_files
 from provenance import provenance, write_report  # siblings: bench/ is on sys.path when run
 
 
@@ -48,6 +51,14 @@ def shown(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd()))
     except ValueError:
         return str(path)
+
+
+def largest_trained(model: NeuralCostModel, data_dir: Path) -> int:
+    """The most shards in one set of any file ``model`` learnt from that ``data_dir`` holds (0 where none):
+    its held-out rows counted too, so a set past it is past every set the model saw."""
+    sizes = [int(pd.read_parquet(p, columns=["num_shards"])["num_shards"].max())
+             for p in (data_dir / name for name in trained_files(model)) if p.exists()]
+    return max(sizes, default=0)
 
 
 def score_cells(pf: np.ndarray, pb: np.ndarray, fwd: np.ndarray, bwd: np.ndarray) -> dict[str, str]:
@@ -84,6 +95,7 @@ def main() -> None:
                                                 columns=["ref_before_ms", "ref_after_ms"]))
 
     retimed = load_retimes(data_dir)
+    past = largest_trained(next(iter(models.values())), data_dir)
     # (split, labels) -> sets, fwd, bwd, per-set host reference, priced at the random collector's level
     splits: dict[tuple[str, str], tuple[list, np.ndarray, np.ndarray, np.ndarray, bool]] = {}
     more_larger = [(f"larger sets ({p.stem.removeprefix('compute-')})", p.name, None, False, True)
@@ -105,6 +117,11 @@ def main() -> None:
             idx = np.flatnonzero(keep)
             splits[(split, labels)] = ([sets[i] for i in idx], fwd[idx], bwd[idx],
                                        sample_reference_ms(df)[idx], random_level)
+            beyond = [i for i in idx if len(sets[i]) > past] if split.startswith("larger") else []
+            if beyond and len(beyond) < len(idx):
+                splits[(f"{split}, past {past} shards", labels)] = (
+                    [sets[i] for i in beyond], fwd[beyond], bwd[beyond], sample_reference_ms(df)[beyond],
+                    random_level)
 
     rows = []
     for (split, labels), (sets, fwd, bwd, ref, random_level) in splits.items():
@@ -123,6 +140,8 @@ def main() -> None:
            "labels real FBGEMM CUDA kernel times as timed; each model priced at each set's own host reference")
     md = [f"# Compute models on one held-out split, profile `{args.profile}`", "",
           *provenance(load_before, f". Data: `{data_dir}`; {how}. Predicted: each named neural model."), "",
+          f"The largest set in the files the committed model learnt from has {past} shards: a split named "
+          f"\"past {past} shards\" holds its larger sets beyond every set trained on.", "",
           table.to_markdown(index=False), ""]
     write_report(args.out, f"heldout-compare-{args.profile}" + (f"-{args.name}" if args.name else ""), md, table)
 

@@ -44,3 +44,25 @@ def test_every_model_is_scored_on_the_same_held_out_sets_as_labelled_and_as_time
     bad = subprocess.run([sys.executable, "bench/heldout_compare.py", "--profile", "cpu-2c", "--models",
                           str(tmp_path / "none.json")], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode == 2 and "--models" in bad.stderr
+
+
+def test_larger_sets_are_scored_again_past_the_largest_set_the_model_learnt_from(tmp_path) -> None:
+    prof = get_profile("cpu-2c")
+    data = tmp_path / "data"
+    data.mkdir()
+    trained = pd.read_parquet(prof.dir / "compute.parquet").iloc[:200]
+    trained.to_parquet(data / "compute.parquet")  # the only file the committed model names that is here
+    large = pd.read_parquet(prof.dir / "compute-large.parquet").iloc[:30]
+    # a "larger" file that also holds sets no larger than the largest trained on: only the rest are past it
+    mixed = pd.concat([trained.iloc[:10], large], ignore_index=True)[large.columns]
+    mixed.to_parquet(data / "compute-large.parquet")
+    run = subprocess.run([sys.executable, "bench/heldout_compare.py", "--profile", "cpu-2c", "--data-dir", str(data),
+                          "--out", str(tmp_path), "--name", "t"], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    table = pd.read_csv(tmp_path / "heldout-compare-cpu-2c-t.csv")
+    past = int(trained["num_shards"].max())
+    beyond = table[table.split == f"larger sets, past {past} shards"]
+    assert set(beyond.labels) == {"as labelled", "as timed"}
+    assert (beyond.sets == int((mixed["num_shards"] > past).sum())).all()
+    assert (table[table.split == "larger sets"].sets == 40).all()
+    assert f"has {past} shards" in (tmp_path / "heldout-compare-cpu-2c-t.md").read_text()
