@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import math
 import warnings
@@ -57,6 +58,15 @@ def test_random_sample_respects_budgets():
         assert len({s.batch_size for s in specs}) == 1
         assert all(s.cols % 4 == 0 and 0 < s.rows <= s.table_rows for s in specs)
         assert sum(s.rows * s.cols * 4 for s in specs) <= prof.max_sample_weight_bytes
+
+
+def test_a_set_the_budgets_stop_short_of_min_shards_is_timed_as_drawn_and_said(tmp_path, capsys):
+    prof = dataclasses.replace(get_profile("cpu-2c"), max_sample_weight_bytes=64 * 1024)
+    df = collect_compute(prof, POOL, tmp_path / "c.parquet", 1, seed=3, repeats=1, warmup=0,
+                         min_shards=30, max_shards=30)
+    n = int(df["num_shards"].iloc[0])
+    assert 1 <= n < 30
+    assert f"sample 0: {n} shards, under --min-shards 30" in capsys.readouterr().out
 
 
 def test_collector_writes_stamped_rows_and_resumes(tmp_path):
@@ -921,7 +931,7 @@ def test_collect_compute_refuses_bad_draw_knobs(tmp_path, capsys):
     for flags, field in cases:
         out = tmp_path / "c.parquet"
         assert main(["collect", "compute", "--samples", "1", "--out", str(out), *flags]) == 2
-        assert field in capsys.readouterr().err and not out.exists()
+        assert field in capsys.readouterr().out and not out.exists()
 
 
 def test_huber_loss_lets_labels_a_neighbour_slowed_pull_the_fit_less(tmp_path):

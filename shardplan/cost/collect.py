@@ -256,6 +256,9 @@ def collect_compute(profile: Profile, pool: list[Table], out: Path, num_samples:
             break
         rng = np.random.default_rng([seed, i])
         specs = random_sample(rng, pool, profile, min_shards, max_shards, shape)
+        if len(specs) < min_shards:  # kept as drawn, so that the seed still reproduces the collection
+            tqdm.write(f"sample {i}: {len(specs)} shards, under --min-shards {min_shards}: the profile's weight "
+                       "and lookup budgets were spent first; the set is timed as drawn")
         row = timed_row(specs, optimizer, dtype, profile, i, warmup, repeats, quiet_ms, wait_quiet_s=wait_quiet_s)
         rows.append({"seed": seed, "sample": i, "source": "random", **row, **stamp})
         if len(rows) >= flush_every:
