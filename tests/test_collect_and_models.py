@@ -931,7 +931,7 @@ def test_collect_compute_refuses_bad_draw_knobs(tmp_path, capsys):
     for flags, field in cases:
         out = tmp_path / "c.parquet"
         assert main(["collect", "compute", "--samples", "1", "--out", str(out), *flags]) == 2
-        assert field in capsys.readouterr().out and not out.exists()
+        assert field in capsys.readouterr().err and not out.exists()
 
 
 def test_huber_loss_lets_labels_a_neighbour_slowed_pull_the_fit_less(tmp_path):

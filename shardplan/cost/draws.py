@@ -116,8 +116,8 @@ def random_sample(rng: np.random.Generator, pool: list[Table], profile: Profile,
 
     The budgets grow with ``max_shards`` beyond 15 so that larger sets are not
     just more of the smallest shards. A draw that spends them first stops short, under ``min_shards``
-    too (one set in 200 drawn for 41-80 shards on ``cpu-2c-zen4`` came out at 26). A data-parallel op's replicas count toward them too, beyond
-    ``max_shards`` (the model prices each batch's op on its own).
+    too (one set in 200 drawn for 41-80 shards on ``cpu-2c-zen4`` came out at 26). A data-parallel op's
+    replicas count toward them too, beyond ``max_shards`` (the model prices each batch's op on its own).
     """
     tables = shape.sharded_tables(pool)
     batch = int(rng.choice(profile.collect_batch_sizes))
