@@ -16,7 +16,9 @@ first timing divided by the reference, never from the model), with their own ids
 rank per turn on the labels' scale (raw over the neighbours' raw-over-label ratio) and how the rank's
 raw time follows the neighbours' across turns: a slope of 1 in log space says it moves as they do,
 so calibration puts it on the labels' scale in any host state; above 1, it moves more, and a
-calibrated figure taken on a disturbed host sits too high. Prints a table and writes
+calibrated figure taken on a disturbed host sits too high. Beside it, the committed model's price of the
+neighbours over their labels: a rank whose calibrated miss matches it sits where the model parts from the
+labels around it (session 85: `unseen-d-14` rank 4 on `cpu-2c-zen4`). Prints a table and writes
 ``bench/results/rank-drift-<name>.{md,csv}``.
 
     MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 taskset -c 1 .venv/bin/python \\
@@ -132,6 +134,15 @@ def follow_summary(turns: pd.DataFrame, predicted: dict[int, float]) -> pd.DataF
     return pd.DataFrame(out)
 
 
+def model_over_labels(picked: dict[int, tuple[str, ...]], labels: dict[str, float],
+                      modelled: dict[str, float]) -> dict[int, float]:
+    """Per rank, the model's price of its neighbours over their labels (geometric mean; ``labels`` and
+    ``modelled`` by the timed sets' keys). Calibration puts a rank on its neighbours' labels' scale, so
+    where the model parts from those labels by what it parts from the calibrated rank, the miss is the
+    neighbourhood's (the model against the labels around the rank), not the rank's alone."""
+    return {r: float(np.exp(np.mean([np.log(modelled[k] / labels[k]) for k in keys]))) for r, keys in picked.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", required=True, help="a task file")
@@ -191,6 +202,8 @@ def main() -> None:
                 keys.append(timed[stored])
             neighbours.setdefault(tag, {})[r] = tuple(keys)
     df = time_in_turns(sets, profile, quiet, args.reps, args.pause)
+    keys = [k for k in sets if isinstance(k, str)]  # the neighbours, priced at plan ranks' level as labelled
+    modelled = dict(zip(keys, np.add(*est.compute.predict([sets[k].specs for k in keys])))) if keys else {}
     own = df[df["rank"].isin(ranks)].astype({"rank": int})
     own["predicted_ms"] = own["rank"].map(predicted)
     summary = drift_summary(own, {r: len(specs[r]) for r in ranks})
@@ -212,15 +225,17 @@ def main() -> None:
              "u": "neighbours as chosen before 2026-11-29 (stored ranks whose labels failed the quiet gate kept"}
     for tag, picked in neighbours.items():
         follow = follow_summary(calibrated_turns(df, picked, labels), predicted)
+        over = model_over_labels(picked, labels, modelled)
         md += [f"Against each rank's {args.neighbours} {whose[tag]}, timed in the same turns with their own ids; "
                "factor: their raw over label, geometric mean; slope: of the rank's log raw ms on the log factor "
-               "across turns, 1 when it moves as they do):", "",
+               "across turns, 1 when it moves as they do; the model on the neighbours: its price of them over "
+               "their labels, geometric mean, as far as the rank's miss is theirs):", "",
                "| rank | predicted ms | median calibrated ms | model error | turns' calibrated min-max | "
-               "factor min-max | slope | neighbours |",
-               "| --- | --- | --- | --- | --- | --- | --- | --- |",
+               "factor min-max | slope | neighbours | the model on the neighbours |",
+               "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
                *(f"| {r.rank} | {r.predicted_ms:.2f} | {r.calibrated_ms:.2f} | {r.error:+.1%} | "
                  f"{r.cal_min_ms:.2f}-{r.cal_max_ms:.2f} | {r.factor_min:.3f}-{r.factor_max:.3f} | {r.slope:.2f} | "
-                 f"{', '.join(picked[r.rank])} |" for r in follow.itertuples()), ""]
+                 f"{', '.join(picked[r.rank])} | {over[r.rank] - 1:+.1%} |" for r in follow.itertuples()), ""]
     md += ["Every reading:", "", df.to_markdown(index=False, floatfmt=".3f")]
     write_report(Path(args.out), args.name or f"rank-drift-{task.name}-r{args.ranks.replace(',', '-')}", md, df)
 

@@ -54,6 +54,15 @@ def test_neighbours_put_a_rank_on_the_labels_scale_and_show_how_it_follows_them(
     assert (s.loc[0, "factor_min"], s.loc[0, "factor_max"]) == pytest.approx((1.0, 1.5))
 
 
+def test_the_model_on_a_ranks_neighbours_is_its_price_of_them_over_their_labels(load_script) -> None:
+    drift = load_script("bench/rank_drift.py")
+    labels = {"r0/n1": 10.0, "r0/n2": 20.0, "r3/n4": 5.0}
+    modelled = {"r0/n1": 12.0, "r0/n2": 30.0, "r3/n4": 4.0}  # 1.2x and 1.5x one rank's labels, 0.8x the other's
+    over = drift.model_over_labels({0: ("r0/n1", "r0/n2"), 3: ("r3/n4",)}, labels, modelled)
+    assert over[0] == pytest.approx((1.2 * 1.5) ** 0.5)
+    assert over[3] == pytest.approx(0.8)
+
+
 def test_the_gate_shift_reads_both_neighbour_sets_off_a_report(load_script, tmp_path) -> None:
     shift = load_script("bench/gate_shift.py")
     report = tmp_path / "rank-drift-x.md"
