@@ -140,7 +140,8 @@ def model_over_labels(picked: dict[int, tuple[str, ...]], labels: dict[str, floa
     ``modelled`` by the timed sets' keys). Calibration puts a rank on its neighbours' labels' scale, so
     where the model parts from those labels by what it parts from the calibrated rank, the miss is the
     neighbourhood's (the model against the labels around the rank), not the rank's alone."""
-    return {r: float(np.exp(np.mean([np.log(modelled[k] / labels[k]) for k in keys]))) for r, keys in picked.items()}
+    # the neighbours' factor, with the model's price in place of a timing
+    return {r: neighbour_factor([modelled[k] for k in keys], [labels[k] for k in keys]) for r, keys in picked.items()}
 
 
 def main() -> None:
