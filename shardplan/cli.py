@@ -71,7 +71,8 @@ def _cmd_collect_compute(args: argparse.Namespace) -> int:
 
     profile = get_profile(args.profile)
     pool = [t for name in args.pools.split(",") for t in load_pool(name)]
-    shape = SetShape(min_table_rows=args.min_table_rows, min_pooling=args.min_pooling, min_cols=args.min_cols,
+    shape = SetShape(min_table_rows=args.min_table_rows, min_pooling=args.min_pooling, min_zipf=args.min_zipf,
+                     min_cols=args.min_cols,
                      row_share=args.row_share, row_splits=_int_list("--row-splits", args.row_splits),
                      replica_share=args.replica_share,
                      replica_worlds=_int_list("--replica-worlds", args.replica_worlds),
@@ -970,6 +971,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "the large tables, which the random sets' budgets rarely admit at high pooling)")
     cc.add_argument("--min-pooling", type=float, default=0.0,
                     help="draw only the pools' tables of at least this mean pooling factor")
+    cc.add_argument("--min-zipf", type=float, default=0.0,
+                    help="draw only the pools' tables of at least this Zipf exponent (skewed ids: few rows hit)")
     cc.add_argument("--min-cols", type=int, default=0,
                     help="draw only dims of at least this many columns (dims are re-drawn per shard; with "
                          "--min-table-rows/--min-pooling, sets whose rows touched leave the cache)")

@@ -54,7 +54,8 @@ def test_numeric_flags_are_range_checked_at_the_door() -> None:
     import re
 
     checked_elsewhere = {"--host-reference-ms", "--epochs", "--iterations", "--warmup", "--rounds", "--visits",
-                         "--min-shards", "--max-shards", "--min-table-rows", "--min-pooling", "--min-cols",
+                         "--min-shards", "--max-shards", "--min-table-rows", "--min-pooling", "--min-zipf",
+                         "--min-cols",
                          "--row-share", "--replica-share", "--replica-max-rows", "--workers", "--max-tables",
                          "--max-world-size", "--max-body-bytes", "--max-budget-s"}
     bare = []

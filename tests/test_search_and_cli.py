@@ -679,6 +679,10 @@ def test_targeted_collection_draws_only_the_tables_asked_for(tmp_path, capsys):
     assert "--min-table-rows" in capsys.readouterr().err and not out.exists()
     assert main(["collect", "compute", "--samples", "1", "--min-pooling", "-1", "--out", str(out)]) == 2
     assert "--min-pooling: must be >= 0" in capsys.readouterr().err and not out.exists()
+    assert main(["collect", "compute", "--samples", "1", "--min-zipf", "-0.5", "--out", str(out)]) == 2
+    assert "--min-zipf: must be >= 0" in capsys.readouterr().err and not out.exists()
+    assert main(["collect", "compute", "--samples", "1", "--min-zipf", "9", "--out", str(out)]) == 2
+    assert "--min-zipf" in capsys.readouterr().err and not out.exists()
     assert main(["collect", "compute", "--samples", "1", "--min-cols", "129", "--out", str(out)]) == 2
     assert "--min-cols: must be within 0..128" in capsys.readouterr().err and not out.exists()
     # the large hot tables exist in the default pools, and a set drawn from them holds nothing else
@@ -687,6 +691,24 @@ def test_targeted_collection_draws_only_the_tables_asked_for(tmp_path, capsys):
     for shards in pd.read_parquet(out)["shards"]:
         assert all(s.table_rows >= 500_000 and s.pooling_factor >= 20 and s.cols >= 64
                    for s in specs_from_json(shards))
+
+
+def test_a_zipf_floor_draws_only_the_skewed_large_tables():
+    import numpy as np
+
+    from shardplan.cli import COLLECT_POOLS
+    from shardplan.cost.draws import SetShape, random_sample
+    from shardplan.pools import load_pool
+
+    pool = [t for name in COLLECT_POOLS for t in load_pool(name)]
+    shape = SetShape(min_table_rows=500_000, min_pooling=10, min_zipf=1.1)
+    eligible = shape.sharded_tables(pool)
+    assert 0 < len(eligible) < 60 and all(t.zipf_alpha >= 1.1 for t in eligible)
+    prof = get_profile("cpu-2c-zen4")
+    drawn = [s for i in range(30) for s in random_sample(np.random.default_rng([6, i]), pool, prof, 1, 3, shape)]
+    assert drawn and all(s.zipf_alpha >= 1.1 and s.pooling_factor >= 10 and s.table_rows >= 500_000 for s in drawn)
+    # at the default floor of 0 the draws are the default collection's, table for table
+    assert SetShape(min_zipf=0.0).sharded_tables(pool) == SetShape().sharded_tables(pool)
 
 
 def test_generated_tasks_sit_in_the_batch_range_their_profiles_cost_data_covers():

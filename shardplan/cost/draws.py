@@ -35,9 +35,11 @@ class SetShape:
     At the defaults the draws are exactly the default collection's (sample ``i`` of a seed is one set,
     whatever the code around it), so a collection that changes any field takes a seed of its own.
 
-    ``min_table_rows``, ``min_pooling``: draw the sharded tables only among the pool's of at least that
-    many rows and that mean pooling factor (a targeted collection of the large, hot tables, which the
-    random sets' budgets rarely admit). ``min_cols``: draw only the dims of at least that many columns
+    ``min_table_rows``, ``min_pooling``, ``min_zipf``: draw the sharded tables only among the pool's of at
+    least that many rows, that mean pooling factor and that Zipf exponent (a targeted collection of the large,
+    hot tables, which the random sets' budgets rarely admit; of the four pools' 330 tables of 500,000 rows or
+    more, 15 have pooling 20 or more at an exponent of 1.1 or more, so uniform draws among the large hot
+    tables seldom reach the skewed ones, whose ids hit few rows). ``min_cols``: draw only the dims of at least that many columns
     (with the two above, sets whose rows touched leave the cache).
 
     ``row_share`` of the shards are cut to one of ``row_splits`` row ranges: row-wise plans put a
@@ -52,6 +54,7 @@ class SetShape:
 
     min_table_rows: int = 0
     min_pooling: float = 0.0
+    min_zipf: float = 0.0
     min_cols: int = 0
     row_share: float = ROW_SHARE
     row_splits: tuple[int, ...] = ROW_SPLITS
@@ -60,7 +63,8 @@ class SetShape:
     replica_max_rows: int = REPLICA_MAX_ROWS
 
     def __post_init__(self) -> None:
-        for flag, v in (("--min-table-rows", self.min_table_rows), ("--min-pooling", self.min_pooling)):
+        for flag, v in (("--min-table-rows", self.min_table_rows), ("--min-pooling", self.min_pooling),
+                        ("--min-zipf", self.min_zipf)):
             if v < 0:
                 raise InputError(flag, f"must be >= 0, got {v}", "give a lower bound on the tables to draw, "
                                  "or leave it out")
@@ -83,11 +87,12 @@ class SetShape:
 
     def sharded_tables(self, pool: list[Table]) -> list[Table]:
         """The pool's tables the sharded shards are drawn from; an error if there are none."""
-        tables = [t for t in pool if t.num_embeddings >= self.min_table_rows and t.pooling_factor >= self.min_pooling]
+        tables = [t for t in pool if t.num_embeddings >= self.min_table_rows and t.pooling_factor >= self.min_pooling
+                  and t.zipf_alpha >= self.min_zipf]
         if not tables:
-            raise InputError("--min-table-rows/--min-pooling", f"no table of the pool has {self.min_table_rows} "
-                             f"rows or more and pooling {self.min_pooling} or more",
-                             "lower them or add a pool with such tables")
+            raise InputError("--min-table-rows/--min-pooling/--min-zipf", f"no table of the pool has "
+                             f"{self.min_table_rows} rows or more, pooling {self.min_pooling} or more and a Zipf "
+                             f"exponent of {self.min_zipf} or more", "lower them or add a pool with such tables")
         return tables
 
     def replica_tables(self, pool: list[Table]) -> list[Table]:
