@@ -244,8 +244,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .cost.profiles import get_profile
     from .cost.train import report_markdown, train_and_report
 
+    data_dir = Path(args.data_dir) if args.data_dir else None
+    if data_dir is not None and not (data_dir / "compute.parquet").is_file():
+        raise InputError("--data-dir", f"no compute.parquet in {data_dir}",
+                         "name a profile's data folder, or one bench/targeted_data.py wrote")
+    if data_dir is not None and args.out is None:  # its files may be links to the profile's committed ones
+        raise InputError("--out", "is needed with --data-dir", "name the candidate's folder")
     meta = train_and_report(get_profile(args.profile), epochs=args.epochs, seed=args.seed,
-                            out_dir=args.out, random_level=args.random_level, split_batches=args.split_batches,
+                            data_dir=data_dir, out_dir=args.out, random_level=args.random_level, split_batches=args.split_batches,
                             context_totals=args.context_totals, decompositions=args.decompositions,
                             hot_mixes=args.hot_mixes, long_ranks=args.long_ranks,
                             crowded_mixes=args.crowded_mixes, context_code=args.context_code,
@@ -917,6 +923,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--retimes", action=argparse.BooleanOptionalAction, default=False,
                        help="label each random set and plan rank re-timed under the profile's retimes/ folder "
                             "(shardplan collect retime) by the median of its timings; a candidate")
+    train.add_argument("--data-dir", metavar="FOLDER", default=None,
+                       help="learn from this data folder in place of the profile's (e.g. one "
+                            "bench/targeted_data.py wrote, with a targeted collection among the random sets); "
+                            "needs --out")
     train.add_argument("--init", metavar="PROFILE", default=None,
                        help="start from that profile's committed model (same device and recipe): a kind paired "
                             "against it (shardplan collect paired) learns how it differs")
