@@ -251,7 +251,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if data_dir is not None and args.out is None:  # its files may be links to the profile's committed ones
         raise InputError("--out", "is needed with --data-dir", "name the candidate's folder")
     meta = train_and_report(get_profile(args.profile), epochs=args.epochs, seed=args.seed,
-                            data_dir=data_dir, out_dir=args.out, random_level=args.random_level, split_batches=args.split_batches,
+                            data_dir=data_dir, out_dir=args.out, random_level=args.random_level,
+                            split_batches=args.split_batches,
                             context_totals=args.context_totals, decompositions=args.decompositions,
                             hot_mixes=args.hot_mixes, long_ranks=args.long_ranks,
                             crowded_mixes=args.crowded_mixes, context_code=args.context_code,

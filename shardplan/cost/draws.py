@@ -39,8 +39,8 @@ class SetShape:
     least that many rows, that mean pooling factor and that Zipf exponent (a targeted collection of the large,
     hot tables, which the random sets' budgets rarely admit; of the four pools' 330 tables of 500,000 rows or
     more, 15 have pooling 20 or more at an exponent of 1.1 or more, so uniform draws among the large hot
-    tables seldom reach the skewed ones, whose ids hit few rows). ``min_cols``: draw only the dims of at least that many columns
-    (with the two above, sets whose rows touched leave the cache).
+    tables seldom reach the skewed ones, whose ids hit few rows). ``min_cols``: draw only the dims of at least
+    that many columns (with the two above, sets whose rows touched leave the cache).
 
     ``row_share`` of the shards are cut to one of ``row_splits`` row ranges: row-wise plans put a
     1/world slice of many tables on every rank (TorchRec's plans of the 16-rank GPU suite: a median of
