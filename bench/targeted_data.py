@@ -22,16 +22,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
+from shardplan.argtypes import int_list
 from shardplan.cost.collect import failed_gate
 from shardplan.cost.profiles import get_profile
 from shardplan.errors import InputError, exit_status
 
 
-def with_targeted(base: pd.DataFrame, extra: pd.DataFrame, seeds: list[int] | None = None) -> pd.DataFrame:
+def with_targeted(base: pd.DataFrame, extra: pd.DataFrame, seeds: Sequence[int] | None = None) -> pd.DataFrame:
     """``base``'s rows with ``extra``'s gate-passing rows (of ``seeds``, default all) after base's first seed."""
     if set(extra["seed"]) & set(base["seed"]):
         raise InputError("--extra", f"shares seeds {sorted(set(extra['seed']) & set(base['seed']))} with "
@@ -57,7 +59,7 @@ def main() -> None:
         raise InputError("--extra", f"no file {extra_path}", "name a parquet file of the profile's folder")
     if args.out.exists():
         raise InputError("--out", f"{args.out} exists", "name a folder that does not exist yet")
-    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
+    seeds = int_list("--seeds", args.seeds) if args.seeds else None
     data = with_targeted(pd.read_parquet(profile.dir / "compute.parquet"), pd.read_parquet(extra_path), seeds)
     args.out.mkdir(parents=True)
     for entry in profile.dir.iterdir():

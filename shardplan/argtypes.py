@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+from .errors import InputError
+
 
 def at_least(lo: float, kind: type = int, hi: float | None = None):
     """An argparse ``type``: a number of ``kind`` within ``lo``..``hi``. A value outside is refused by
@@ -19,3 +21,11 @@ def at_least(lo: float, kind: type = int, hi: float | None = None):
         return v
 
     return parse
+
+
+def int_list(flag: str, text: str) -> tuple[int, ...]:
+    """A comma-separated list of integers given on the command line; else an error naming ``flag``."""
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise InputError(flag, f"must be comma-separated integers, got {text!r}", "e.g. 2,4,8") from None

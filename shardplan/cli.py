@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .argtypes import at_least
+from .argtypes import at_least, int_list
 from .cost.draws import REPLICA_MAX_ROWS, REPLICA_WORLDS, ROW_SHARE, ROW_SPLITS, SetShape
 from .cost.profiles import DEFAULT_PROFILE, HostChip, Profile
 from .domain import DTYPE_BYTES, OPTIMIZERS
@@ -56,14 +56,6 @@ def _reference_ms(text: str) -> float | str:
         raise argparse.ArgumentTypeError(f"must be a number of ms or auto, got {text!r}") from None
 
 
-def _int_list(flag: str, text: str) -> tuple[int, ...]:
-    """A comma-separated list of integers given on the command line."""
-    try:
-        return tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise InputError(flag, f"must be comma-separated integers, got {text!r}", "e.g. 2,4,8") from None
-
-
 def _cmd_collect_compute(args: argparse.Namespace) -> int:
     from .cost.collect import collect_compute
     from .cost.profiles import check_collect_target, get_profile
@@ -73,9 +65,9 @@ def _cmd_collect_compute(args: argparse.Namespace) -> int:
     pool = [t for name in args.pools.split(",") for t in load_pool(name)]
     shape = SetShape(min_table_rows=args.min_table_rows, min_pooling=args.min_pooling, min_zipf=args.min_zipf,
                      min_cols=args.min_cols,
-                     row_share=args.row_share, row_splits=_int_list("--row-splits", args.row_splits),
+                     row_share=args.row_share, row_splits=int_list("--row-splits", args.row_splits),
                      replica_share=args.replica_share,
-                     replica_worlds=_int_list("--replica-worlds", args.replica_worlds),
+                     replica_worlds=int_list("--replica-worlds", args.replica_worlds),
                      replica_max_rows=args.replica_max_rows)
     default_name = "compute.parquet" if args.max_shards <= 15 else "compute-large.parquet"
     out = Path(args.out) if args.out else profile.dir / default_name
@@ -222,7 +214,7 @@ def _cmd_collect_comm(args: argparse.Namespace) -> int:
                          "its comm model is the alpha-beta model")
     out = profile.dir / "comm.parquet"
     check_collect_target(profile, out)
-    world_sizes = _int_list("--world-sizes", args.world_sizes)
+    world_sizes = int_list("--world-sizes", args.world_sizes)
     if min(world_sizes) < 2:
         raise InputError("--world-sizes", f"an all-to-all needs 2 processes or more, got {args.world_sizes!r}",
                          "e.g. 2,3,4")
@@ -284,10 +276,10 @@ def _cmd_make_tasks(args: argparse.Namespace) -> int:
     profile = get_profile(args.profile)
     pool = [t for name in args.pools.split(",") for t in load_pool(name)]
     out = Path(args.out)
-    tables = _int_list("--tables", args.tables)
+    tables = int_list("--tables", args.tables)
     if len(tables) != 2 or not 1 <= tables[0] <= tables[1]:
         raise InputError("--tables", f"must be MIN,MAX with 1 <= MIN <= MAX, got {args.tables!r}", "e.g. 10,60")
-    world_sizes = _int_list("--world-sizes", args.world_sizes)
+    world_sizes = int_list("--world-sizes", args.world_sizes)
     if min(world_sizes) < 1:
         raise InputError("--world-sizes", f"must be ranks per task, at least 1, got {args.world_sizes!r}", "e.g. 2,4,8")
     if args.ranks_per_host and any(w % args.ranks_per_host for w in world_sizes):

@@ -2,12 +2,18 @@
 collection among the random sets."""
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
 from shardplan.cli import main
 from shardplan.cost.profiles import get_profile
 from shardplan.errors import InputError
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _rows(seed: int, n: int, ref_ms: float = 1.0) -> pd.DataFrame:
@@ -33,3 +39,11 @@ def test_train_on_another_data_folder_needs_its_cost_data_and_an_out_folder(tmp_
     # its files may be links to the profile's committed ones: the model is never written into it by default
     assert main(["train", "--profile", "cpu-2c", "--data-dir", str(get_profile("cpu-2c").dir)]) == 2
     assert "--out: is needed with --data-dir" in capsys.readouterr().err
+
+
+def test_bad_seeds_are_refused_before_anything_is_written(tmp_path) -> None:
+    out = tmp_path / "d"
+    run = subprocess.run([sys.executable, "bench/targeted_data.py", "--profile", "cpu-2c-zen4", "--extra",
+                          "compute-big-tables.parquet", "--seeds", "2,x", "--out", str(out)],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 2 and "--seeds: must be comma-separated integers" in run.stderr and not out.exists()
