@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from shardplan.argtypes import at_least
+from shardplan.argtypes import at_least, int_list
 from shardplan.cost.calibration import labelled_pool, nearest, neighbour_factor
 from shardplan.cost.collect import quiet_reference_ms
 from shardplan.cost.estimator import load_estimator
@@ -160,6 +160,7 @@ def main() -> None:
     ap.add_argument("--name", help="results file stem (default the task's name and the ranks)")
     ap.add_argument("--out", default="bench/results")
     args = ap.parse_args()
+    ranks = list(int_list("--ranks", args.ranks))  # before anything is loaded: a bad list costs nothing
     profile = get_profile(args.profile)
     profile.use_threads()
     task = load_task(args.task)
@@ -167,7 +168,6 @@ def main() -> None:
     quiet = quiet_reference_ms(profile)  # the labels' own divisor
     plan = get_searcher(args.searcher).plan(task, est)
     specs = rank_specs(plan)
-    ranks = [int(r) for r in args.ranks.split(",")]
     for r in ranks:
         if not 0 <= r < len(specs) or not specs[r]:
             raise InputError("--ranks", f"rank {r} holds no shards in {args.searcher}'s plan of {task.name}",

@@ -1,6 +1,9 @@
 """bench/rank_drift.py: a rank the host moves under, told from a steady one."""
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
@@ -8,6 +11,8 @@ import pytest
 
 from shardplan.cost.profiles import get_profile
 from shardplan.errors import InputError
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_a_drifting_rank_is_told_from_a_steady_one(load_script) -> None:
@@ -81,3 +86,11 @@ def test_the_gate_shift_reads_both_neighbour_sets_off_a_report(load_script, tmp_
     report.write_text("# How far the timing of torchrec's ranks 2 of `unseen-d-23` drifts\n")  # no --ungated-too
     with pytest.raises(InputError, match="--ungated-too"):
         shift.drift_shifts(report)
+
+
+def test_a_bad_rank_list_is_refused_before_anything_is_written(tmp_path) -> None:
+    run = subprocess.run([sys.executable, "bench/rank_drift.py", "--task", "data/tasks/unseen-d/unseen-d-13.json",
+                          "--ranks", "5,x", "--profile", "cpu-2c-zen4", "--out", str(tmp_path / "r")],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode == 2 and "--ranks: must be comma-separated integers" in run.stderr
+    assert not (tmp_path / "r").exists()
