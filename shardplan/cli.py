@@ -68,7 +68,8 @@ def _cmd_collect_compute(args: argparse.Namespace) -> int:
                      row_share=args.row_share, row_splits=int_list("--row-splits", args.row_splits),
                      replica_share=args.replica_share,
                      replica_worlds=int_list("--replica-worlds", args.replica_worlds),
-                     replica_max_rows=args.replica_max_rows)
+                     replica_max_rows=args.replica_max_rows,
+                     batch_sizes=int_list("--batch-sizes", args.batch_sizes) if args.batch_sizes else None)
     default_name = "compute.parquet" if args.max_shards <= 15 else "compute-large.parquet"
     out = Path(args.out) if args.out else profile.dir / default_name
     check_collect_target(profile, out)
@@ -993,6 +994,9 @@ def build_parser() -> argparse.ArgumentParser:
     cc.add_argument("--replica-max-rows", type=int, default=REPLICA_MAX_ROWS,
                     help="most rows a replicated table has (default %(default)s; drawn from the whole pool, "
                          "whatever --min-table-rows says)")
+    cc.add_argument("--batch-sizes", help="comma-separated global batches to draw a set at (default the "
+                                          "profile's collection batches; small ones with many shards price the "
+                                          "op's fixed costs)")
     cc.add_argument("--max-seconds", type=at_least(0, float), default=None,
                     help="stop after this long, keeping what was collected (run again to resume)")
     add_wait_quiet(cc, "set")

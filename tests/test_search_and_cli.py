@@ -711,6 +711,26 @@ def test_a_zipf_floor_draws_only_the_skewed_large_tables():
     assert SetShape(min_zipf=0.0).sharded_tables(pool) == SetShape().sharded_tables(pool)
 
 
+def test_a_batch_list_draws_every_set_at_those_batches_and_none_keeps_the_profiles():
+    import numpy as np
+
+    from shardplan.cli import COLLECT_POOLS
+    from shardplan.cost.draws import SetShape, random_sample
+    from shardplan.pools import load_pool
+
+    pool = [t for name in COLLECT_POOLS for t in load_pool(name)]
+    prof = get_profile("cpu-2c-zen4")
+    small = [random_sample(np.random.default_rng([11, i]), pool, prof, 20, 45, SetShape(batch_sizes=(512, 1024)))
+             for i in range(40)]
+    assert {s.batch_size for specs in small for s in specs} == {512, 1024}
+    assert all(len({s.batch_size for s in specs}) == 1 for specs in small)  # one op a set, as drawn before
+    assert np.median([len(specs) for specs in small]) >= 25  # small batches leave the budgets room for many
+    # left out, the draws are the default collection's, set for set
+    for i in range(20):
+        rng = lambda: np.random.default_rng([0, i])  # noqa: E731
+        assert random_sample(rng(), pool, prof, shape=SetShape(batch_sizes=None)) == random_sample(rng(), pool, prof)
+
+
 def test_generated_tasks_sit_in_the_batch_range_their_profiles_cost_data_covers():
     import numpy as np
 

@@ -50,6 +50,13 @@ class SetShape:
     from ``replica_worlds``), as every rank of a plan with data-parallel tables runs them beside its
     sharded ones. The default collections never drew a batch under their profile's smallest; every
     TorchRec rank of the GPU suite runs such an op (docs/gpu.md, "The next lease").
+
+    ``batch_sizes``: the global batches a set is drawn at (default the profile's ``collect_batch_sizes``).
+    Small batches with many shards are where the per-table work is least and the op's fixed costs most: on
+    ``cpu-2c-zen4`` 53 of the default collections' 5,800 sets are of batch 512 and 20 shards or more, and
+    the committed model prices 104 such sets drawn with this flag a median 14% low, as it does TorchRec's
+    42-shard rank of ``unseen-c-10``
+    (docs/cost-model.md, session 87).
     """
 
     min_table_rows: int = 0
@@ -61,6 +68,7 @@ class SetShape:
     replica_share: float = 0.0
     replica_worlds: tuple[int, ...] = REPLICA_WORLDS
     replica_max_rows: int = REPLICA_MAX_ROWS
+    batch_sizes: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         for flag, v in (("--min-table-rows", self.min_table_rows), ("--min-pooling", self.min_pooling),
@@ -81,6 +89,9 @@ class SetShape:
         if not self.replica_worlds or min(self.replica_worlds) < 2:
             raise InputError("--replica-worlds", f"must be integers of at least 2, got {list(self.replica_worlds)}",
                              "give the world sizes the global batch is divided by, e.g. 4,8,16")
+        if self.batch_sizes is not None and (not self.batch_sizes or min(self.batch_sizes) < 1):
+            raise InputError("--batch-sizes", f"must be positive integers, got {list(self.batch_sizes)}",
+                             "give the global batches to draw at, e.g. 512,1024, or leave it out")
         if self.replica_max_rows < 1:
             raise InputError("--replica-max-rows", f"must be at least 1, got {self.replica_max_rows}",
                              "give the most rows a replicated table may have")
@@ -125,7 +136,7 @@ def random_sample(rng: np.random.Generator, pool: list[Table], profile: Profile,
     replicas count toward them too, beyond ``max_shards`` (the model prices each batch's op on its own).
     """
     tables = shape.sharded_tables(pool)
-    batch = int(rng.choice(profile.collect_batch_sizes))
+    batch = int(rng.choice(shape.batch_sizes or profile.collect_batch_sizes))
     n = int(rng.integers(min_shards, max_shards + 1))
     scale = max(1.0, max_shards / 15)
     dims, weights = zip(*[(d, wt) for d, wt in zip(COLLECT_DIMS, COLLECT_DIM_WEIGHTS) if d >= shape.min_cols])
