@@ -53,10 +53,9 @@ class SetShape:
 
     ``batch_sizes``: the global batches a set is drawn at (default the profile's ``collect_batch_sizes``).
     Small batches with many shards are where the per-table work is least and the op's fixed costs most: on
-    ``cpu-2c-zen4`` 53 of the default collections' 5,800 sets are of batch 512 and 20 shards or more, and
-    the committed model prices 104 such sets drawn with this flag a median 14% low, as it does TorchRec's
-    42-shard rank of ``unseen-c-10``
-    (docs/cost-model.md, session 87).
+    ``cpu-2c-zen4`` 53 of the default collections' 5,800 sets were of batch 512 and 20 shards or more, and
+    the model trained on them priced 180 such sets drawn with this flag a median 15% low, as it priced
+    TorchRec's 42-shard rank of ``unseen-c-10`` 21% low (docs/cost-model.md, "Many-shard sets at batch 512").
     """
 
     min_table_rows: int = 0
