@@ -69,7 +69,7 @@ def _cmd_collect_compute(args: argparse.Namespace) -> int:
                      replica_share=args.replica_share,
                      replica_worlds=int_list("--replica-worlds", args.replica_worlds),
                      replica_max_rows=args.replica_max_rows,
-                     batch_sizes=int_list("--batch-sizes", args.batch_sizes) if args.batch_sizes else None)
+                     batch_sizes=None if args.batch_sizes is None else int_list("--batch-sizes", args.batch_sizes))
     default_name = "compute.parquet" if args.max_shards <= 15 else "compute-large.parquet"
     out = Path(args.out) if args.out else profile.dir / default_name
     check_collect_target(profile, out)

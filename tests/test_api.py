@@ -5,7 +5,6 @@ import copy
 import json
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
@@ -17,7 +16,8 @@ from shardplan.api.launch import running_service
 from shardplan.formats import load_plan
 from shardplan.validate import validate_plan
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
 DEFAULT_TASK = json.loads((ROOT / "data" / "tasks" / "default.json").read_text())
 MAX_BODY = 400_000  # small enough that a test can send one larger
 MAX_TABLES = 40

@@ -928,6 +928,7 @@ def test_collect_compute_refuses_bad_draw_knobs(tmp_path, capsys):
              (["--replica-share", "1", "--pools", "meta_synthetic", "--replica-max-rows", "1"], "--replica-max-rows"),
              (["--min-table-rows", "10000000000"], "--min-table-rows"),
              (["--batch-sizes", "512,0"], "--batch-sizes"), (["--batch-sizes", "512,x"], "--batch-sizes"),
+             (["--batch-sizes", ""], "--batch-sizes"),
              (["--min-shards", "5", "--max-shards", "4"], "--min-shards")]  # --min-shards 0: argparse's (test_cli_...)
     for flags, field in cases:
         out = tmp_path / "c.parquet"

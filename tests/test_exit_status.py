@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from shardplan.errors import InputError, MachineUnfitError, exit_status
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
 
 
 def test_exit_status_maps_errors_to_codes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,7 +7,8 @@ import struct
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
+
 spec = importlib.util.spec_from_file_location("fbgemm_parts", ROOT / "scripts" / "gpu" / "fbgemm_parts.py")
 fbgemm_parts = importlib.util.module_from_spec(spec)
 sys.modules["fbgemm_parts"] = fbgemm_parts  # unpack's worker processes find their function by module name

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,7 +13,7 @@ from shardplan.cost.profiles import get_profile
 from shardplan.cost.split import holdout_mask
 from shardplan.cost.train import load_sets, reference_nominal
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
 
 
 def test_every_model_is_scored_on_the_same_held_out_sets_as_labelled_and_as_timed(tmp_path) -> None:

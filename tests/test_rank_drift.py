@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
@@ -12,7 +11,7 @@ import pytest
 from shardplan.cost.profiles import get_profile
 from shardplan.errors import InputError
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
 
 
 def test_a_drifting_rank_is_told_from_a_steady_one(load_script) -> None:

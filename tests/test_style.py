@@ -1,7 +1,6 @@
 """House style the next engineer can rely on: Python lines fit a 120-column editor, and the CLI documents itself."""
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import ROOT
 
 
 def test_python_lines_fit_in_120_columns() -> None:

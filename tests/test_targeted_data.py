@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -13,7 +12,7 @@ from shardplan.cli import main
 from shardplan.cost.profiles import get_profile
 from shardplan.errors import InputError
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
 
 
 def _rows(seed: int, n: int, ref_ms: float = 1.0) -> pd.DataFrame:
