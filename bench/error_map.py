@@ -9,7 +9,10 @@ learnt level, plan ranks at the level a searcher sees, as training scores
 them. The signed error (log of predicted over measured: negative, the model
 is under) is binned by the megabytes of rows a set touches a batch (the
 distinct rows its ids hit, times their width: what must come through the
-cache) and by its measured ms, per file and split (trained on / held out).
+cache) and by its measured ms, per file and split (trained on / held out); and, over the sets that passed
+the collector's quiet gate, by the batch the set is fed and whether it holds more shards than the random
+sets' own draw makes (a level that moves with the batch on long sets is a gap in the training data, not
+noise: session 87's many-shard sets at batch 512 on the Zen 4).
 
 Why: labels taken in different hours on this shared VM sit at different
 levels, and not alike for every set: a file whose errors grow with the rows
@@ -39,11 +42,13 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+from shardplan.cost.collect import failed_gate
 from shardplan.cost.collect_hot import RECIPES
 from shardplan.cost.estimator import load_estimator
 from shardplan.cost.features import touched_bytes
 from shardplan.cost.model import NeuralCostModel
 from shardplan.cost.profiles import get_profile, load1, reference_ms
+from shardplan.cost.specs import ShardSpec
 from shardplan.cost.split import holdout_mask
 from shardplan.cost.train import load_sets
 from shardplan.errors import InputError, exit_status
@@ -52,6 +57,7 @@ from provenance import provenance, write_report  # a sibling: bench/ is on sys.p
 CALIBRATED_SOURCES = {source for _, _, source in RECIPES.values()}  # neighbour-calibrated mixes: not divided
 TOUCHED_MB_EDGES = (0, 1, 4, 8, 16, 32, 64, np.inf)
 MS_EDGES = (0, 2, 4, 8, 16, 32, np.inf)
+MANY_SHARDS = 16  # the random sets' own draw stops at 15 shards; beyond it, a set only a targeted draw makes
 PREDICTED_MS_EDGES = (0, 1, 2, 3, 5, 8, 12, 20, 40, np.inf)
 
 
@@ -75,12 +81,34 @@ def error_rows(path: Path, model: NeuralCostModel, nominal: float) -> pd.DataFra
     measured, predicted = fwd + bwd, pred_f + pred_b
     split = np.where(holdout_mask(meta), "held out", "trained on") if path.name in trained_files(model) \
         else "not trained on"
-    return pd.DataFrame({"file": path.name, "split": split,
+    return pd.DataFrame({"file": path.name, "split": split, "gate": quiet_gate(meta),
+                         "batch": [set_batch(s) for s in sets],
                          "shards": [len(s) for s in sets], "touched_mb": [touched_bytes(s) / 2**20 for s in sets],
                          "measured_ms": measured, "predicted_ms": predicted,
                          "log_error": np.log(predicted / measured),
                          "on_bound": model.on_bound(sets).any(axis=1),
                          "log_error_unbounded": np.log((free_f + free_b) / measured)})
+
+
+def quiet_gate(meta: pd.DataFrame) -> list[str]:
+    """Per row, whether its timing passed the collector's quiet gate after its last attempt ("passed",
+    "failed"), or "n/a" where the file keeps no record of the gate (neighbour-calibrated mixes, plan groups):
+    training learns from failed rows too, but a row timed while the reference ran slow is a weaker label."""
+    if not {"ref_before_ms", "ref_after_ms", "quiet_ms", "slow_limit"} <= set(meta.columns):
+        return ["n/a"] * len(meta)
+    return ["n/a" if pd.isna(r["slow_limit"]) else "failed" if failed_gate(r) else "passed"
+            for r in meta.to_dict("records")]
+
+
+def set_batch(specs: list[ShardSpec]) -> str:
+    """The batch a set's shards are fed, or "mixed" for a rank that holds ops of several batches."""
+    batches = {s.batch_size for s in specs}
+    return str(batches.pop()) if len(batches) == 1 else "mixed"
+
+
+def mape(log_error: pd.Series) -> str:
+    """The mean absolute error, |predicted / measured - 1|, as a percentage."""
+    return f"{np.mean(np.abs(np.expm1(log_error))) * 100:.1f}%"
 
 
 def median_error(log_error: pd.Series) -> str:
@@ -108,6 +136,17 @@ def spread_table(rows: pd.DataFrame) -> pd.DataFrame:
         sd=lambda e: f"{np.std(e):.3f}", skew=lambda e: f"{pd.Series(e).skew():+.2f}",
         beyond_15=lambda e: f"{np.mean(np.abs(np.expm1(e)) > 0.15) * 100:.0f}%")
     return table.reset_index().rename(columns={"predicted_ms": "predicted ms", "beyond_15": "beyond 15%"})
+
+
+def batch_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per file, split, length (fewer shards than ``MANY_SHARDS`` or not) and batch: the sets' count, median
+    signed error and MAPE, over the sets that did not fail the quiet gate. Where a model's level moves with
+    the batch on long sets, its training data lacks them (session 87: sets of 20-45 shards at batch 512
+    priced a median 15% low on the Zen 4 where those at 1,024 were within 7%)."""
+    kept = rows[rows["gate"] != "failed"]
+    length = np.where(kept["shards"] >= MANY_SHARDS, f">= {MANY_SHARDS} shards", f"< {MANY_SHARDS} shards")
+    return kept.assign(length=length).groupby(["file", "split", "length", "batch"]).log_error.agg(
+        sets="count", median=median_error, mape=mape).reset_index()
 
 
 def on_bound_table(rows: pd.DataFrame) -> pd.DataFrame:
@@ -144,9 +183,7 @@ def main() -> None:
     if not nominal:
         raise InputError("--profile", f"profile {args.profile!r} has no reference.json", "run `shardplan train` first")
     rows = pd.concat([error_rows(p, model, nominal) for p in paths], ignore_index=True)
-    overall = rows.groupby(["file", "split"]).log_error.agg(
-        sets="count", median=median_error,
-        mape=lambda e: f"{np.mean(np.abs(np.expm1(e))) * 100:.1f}%")  # |predicted / measured - 1|
+    overall = rows.groupby(["file", "split", "gate"]).log_error.agg(sets="count", median=median_error, mape=mape)
     md = [f"# Where the `{args.profile}` model errs on stored cost data ({args.name})", "",
           *provenance(load_before), "",
           f"Measured: the files' real FBGEMM CPU timings, divided by the reference slowdown as training divides "
@@ -155,6 +192,8 @@ def main() -> None:
           "sets at the random sets' learnt level, plan ranks at the plan level. Cells: median signed error "
           "(negative: the model is under the label) and, in brackets, how many sets.", "",
           "## Per file and split", "", overall.reset_index().to_markdown(index=False), "",
+          "## By the sets' batch and length (sets that failed the quiet gate left out)", "",
+          batch_table(rows).to_markdown(index=False), "",
           "## By MB of rows touched a batch", "", binned(rows, "touched_mb", TOUCHED_MB_EDGES).to_markdown(), "",
           "## By measured ms", "", binned(rows, "measured_ms", MS_EDGES).to_markdown(), "",
           "## The error's spread, by predicted ms", "",

@@ -55,3 +55,25 @@ def test_spread_table_bands_by_the_prediction_and_shows_a_one_sided_tail(load_sc
     assert (short.sets, short["median"], short["beyond 15%"]) == (5, "+0.0%", "20%")
     assert short["mean"] == "-12.9%" and short["skew"].startswith("-")  # the slow label pulls the mean, not the median
     assert t.iloc[1]["sets"] == 1 and t.iloc[1]["beyond 15%"] == "100%"
+
+
+def test_batch_table_keeps_gate_passing_sets_by_length_and_batch(load_script) -> None:
+    em = load_script("bench/error_map.py")
+    rows = pd.DataFrame({"file": "a", "split": "held out", "gate": ["passed", "passed", "failed", "n/a", "passed"],
+                         "shards": [30, 30, 30, 3, 3], "batch": ["512", "512", "512", "512", "mixed"],
+                         "log_error": np.log([0.80, 0.90, 0.10, 1.10, 1.00])})
+    t = em.batch_table(rows).set_index(["length", "batch"])
+    long = t.loc[(">= 16 shards", "512")]
+    assert long.sets == 2 and long["mape"] == "15.0%"  # the failed set's -90% left out
+    assert t.loc[("< 16 shards", "512")].sets == 1 and t.loc[("< 16 shards", "mixed")]["median"] == "+0.0%"
+
+
+def test_quiet_gate_and_set_batch_read_the_rows_as_the_collector_wrote_them(load_script) -> None:
+    from shardplan.cost.specs import ShardSpec
+    em = load_script("bench/error_map.py")
+    meta = pd.DataFrame({"ref_before_ms": [1.0, 1.0, 1.0], "ref_after_ms": [1.0, 2.0, 1.0],
+                         "quiet_ms": [1.0, 1.0, 1.0], "slow_limit": [1.2, 1.2, np.nan]})
+    assert em.quiet_gate(meta) == ["passed", "failed", "n/a"]
+    assert em.quiet_gate(pd.DataFrame({"fwd_ms": [1.0]})) == ["n/a"]  # a file that keeps no gate record
+    spec = lambda b: ShardSpec("t", 10, 0, 10, 4, 1.0, 0.0, b)  # noqa: E731
+    assert em.set_batch([spec(512), spec(512)]) == "512" and em.set_batch([spec(512), spec(2048)]) == "mixed"
