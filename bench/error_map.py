@@ -9,10 +9,12 @@ learnt level, plan ranks at the level a searcher sees, as training scores
 them. The signed error (log of predicted over measured: negative, the model
 is under) is binned by the megabytes of rows a set touches a batch (the
 distinct rows its ids hit, times their width: what must come through the
-cache) and by its measured ms, per file and split (trained on / held out); and, over the sets that passed
-the collector's quiet gate, by the batch the set is fed and whether it holds more shards than the random
-sets' own draw makes (a level that moves with the batch on long sets is a gap in the training data, not
-noise: session 87's many-shard sets at batch 512 on the Zen 4).
+cache) and by its measured ms, per file and split (trained on / held out)
+and quiet gate (passed / failed); and, over the sets that did not fail the
+gate, by the batch a set is fed and whether it holds more shards than the
+random sets' own draw makes (a level that moves with the batch on long sets
+is a gap in the training data, not noise: session 87's many-shard sets at
+batch 512 on the Zen 4).
 
 Why: labels taken in different hours on this shared VM sit at different
 levels, and not alike for every set: a file whose errors grow with the rows
