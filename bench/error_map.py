@@ -94,12 +94,12 @@ def error_rows(path: Path, model: NeuralCostModel, nominal: float) -> pd.DataFra
 
 def quiet_gate(meta: pd.DataFrame) -> list[str]:
     """Per row, whether its timing passed the collector's quiet gate after its last attempt ("passed",
-    "failed"), or "n/a" where the file keeps no record of the gate (neighbour-calibrated mixes, plan groups):
-    training learns from failed rows too, but a row timed while the reference ran slow is a weaker label."""
-    if not {"ref_before_ms", "ref_after_ms", "quiet_ms", "slow_limit"} <= set(meta.columns):
+    "failed"; :func:`shardplan.cost.collect.failed_gate`), or "n/a" where the file keeps no reference
+    readings to judge it by: training learns from failed rows too, but a row timed while the reference ran
+    slow is a weaker label."""
+    if not {"ref_before_ms", "ref_after_ms", "quiet_ms"} <= set(meta.columns):
         return ["n/a"] * len(meta)
-    return ["n/a" if pd.isna(r["slow_limit"]) else "failed" if failed_gate(r) else "passed"
-            for r in meta.to_dict("records")]
+    return ["failed" if failed_gate(r) else "passed" for r in meta.to_dict("records")]
 
 
 def set_batch(specs: list[ShardSpec]) -> str:

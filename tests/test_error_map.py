@@ -71,9 +71,10 @@ def test_batch_table_keeps_gate_passing_sets_by_length_and_batch(load_script) ->
 def test_quiet_gate_and_set_batch_read_the_rows_as_the_collector_wrote_them(load_script) -> None:
     from shardplan.cost.specs import ShardSpec
     em = load_script("bench/error_map.py")
-    meta = pd.DataFrame({"ref_before_ms": [1.0, 1.0, 1.0], "ref_after_ms": [1.0, 2.0, 1.0],
-                         "quiet_ms": [1.0, 1.0, 1.0], "slow_limit": [1.2, 1.2, np.nan]})
-    assert em.quiet_gate(meta) == ["passed", "failed", "n/a"]
+    # the third row's collection predates the recorded limit: judged by the default one, 1.2x quiet
+    meta = pd.DataFrame({"ref_before_ms": [1.0, 1.0, 1.3, 1.3], "ref_after_ms": [1.0, 2.0, 1.3, 1.3],
+                         "quiet_ms": [1.0, 1.0, 1.0, 1.0], "slow_limit": [1.2, 1.2, np.nan, 1.5]})
+    assert em.quiet_gate(meta) == ["passed", "failed", "failed", "passed"]
     assert em.quiet_gate(pd.DataFrame({"fwd_ms": [1.0]})) == ["n/a"]  # a file that keeps no gate record
     spec = lambda b: ShardSpec("t", 10, 0, 10, 4, 1.0, 0.0, b)  # noqa: E731
     assert em.set_batch([spec(512), spec(512)]) == "512" and em.set_batch([spec(512), spec(2048)]) == "mixed"

@@ -32,6 +32,15 @@ def test_targeted_sets_that_passed_the_gate_go_after_the_first_seed(load_script)
         mod.with_targeted(base, _rows(1, 2))
 
 
+def test_a_collection_from_before_the_recorded_limit_is_gated_at_the_default_one(load_script) -> None:
+    mod = load_script("bench/targeted_data.py")
+    # cpu-2c's compute-large.parquet predates the slow_limit column: its rows were taken under 1.2x quiet
+    old = pd.concat([_rows(5, 2), _rows(5, 1, ref_ms=1.3).assign(sample=7)], ignore_index=True).drop(
+        columns="slow_limit")
+    out = mod.with_targeted(_rows(0, 2), old)
+    assert list(zip(out.seed, out["sample"])) == [(0, 0), (0, 1), (5, 0), (5, 1)]
+
+
 def test_train_on_another_data_folder_needs_its_cost_data_and_an_out_folder(tmp_path, capsys) -> None:
     assert main(["train", "--profile", "cpu-2c", "--data-dir", str(tmp_path), "--out", str(tmp_path / "m")]) == 2
     assert "--data-dir: no compute.parquet" in capsys.readouterr().err and not (tmp_path / "m").exists()

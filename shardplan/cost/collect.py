@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -125,10 +126,13 @@ def _timed_once(specs: list[ShardSpec], optimizer: str, dtype: str, profile: Pro
             "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
 
 
-def failed_gate(row: dict[str, object]) -> bool:
-    """Whether a row :func:`timed_row` wrote is still :func:`.kernel.disturbed` after its last attempt."""
-    return disturbed(float(row["ref_before_ms"]), float(row["ref_after_ms"]), float(row["quiet_ms"]),
-                     float(row["slow_limit"]))
+def failed_gate(row: Mapping[str, object]) -> bool:
+    """Whether a row :func:`timed_row` wrote is still :func:`.kernel.disturbed` after its last attempt. A row
+    of a collection from before the gate's limit was recorded (no ``slow_limit``, or NaN) was taken under the
+    default one, ``QUIET_TOLERANCE``, as :func:`.fitness.taken_under_quiet_gate` reads it too."""
+    limit = row.get("slow_limit")
+    limit = QUIET_TOLERANCE if limit is None or pd.isna(limit) else float(limit)
+    return disturbed(float(row["ref_before_ms"]), float(row["ref_after_ms"]), float(row["quiet_ms"]), limit)
 
 
 def wait_until_quiet(device: str, quiet_ms: float, max_s: float, streak: int = 3, every_s: float = 2.0,
