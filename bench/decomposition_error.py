@@ -39,7 +39,7 @@ from shardplan.cost.profiles import get_profile, load1, reference_ms
 from shardplan.cost.train import (decomposition_holdout, load_decompositions, measured_ratios, predicted_ratios,
                                   repetition_ratios)
 from shardplan.errors import InputError, exit_status
-from error_map import TOUCHED_MB_EDGES, binned, median_error  # siblings: bench/ is on sys.path when run
+from error_map import TOUCHED_MB_EDGES, binned, mape, median_error  # siblings: bench/ is on sys.path when run
 from provenance import provenance, write_report
 
 SHARD_EDGES = (2, 4, 8, 16, np.inf)
@@ -135,7 +135,7 @@ def main() -> None:
     rows = ratio_rows(df, sets, predicted_ratios(model, sets)[:, 2])
     overall = rows.groupby("split").agg(
         sets=("log_error", "count"), median_error=("log_error", median_error),
-        mape=("log_error", lambda e: f"{np.mean(np.abs(np.expm1(e))) * 100:.1f}%"),
+        mape=("log_error", mape),
         measured_ratio=("measured_ratio", "median"), predicted_ratio=("predicted_ratio", "median"),
         label_spread=("label_spread", lambda s: f"{np.median(s) * 100:.1f}%"))
     spearman = rows[["measured_ratio", "predicted_ratio"]].corr(method="spearman").iloc[0, 1]
