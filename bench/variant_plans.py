@@ -55,7 +55,8 @@ class EnsembleModel:
             raise ValueError("every member must price each batch size's shards apart (split_batches)")
         first = self.members[0]
         self.profile, self.metadata, self.split_batches = first.profile, first.metadata, True
-        self.code_width = sum(m.code_width for m in self.members) + 2 * (len(self.members) - 1)
+        self.time_width = first.time_width
+        self.code_width = sum(m.code_width for m in self.members) + sum(m.time_width for m in self.members[1:])
 
     def predict(self, sets: list[list[ShardSpec]]) -> tuple[np.ndarray, np.ndarray]:
         fwd, bwd = zip(*(m.predict(sets) for m in self.members))
@@ -73,7 +74,10 @@ class EnsembleModel:
         for m in self.members:
             codes.append(code_sum[:, at:at + m.code_width])
             at += m.code_width
-        times = [np.asarray(time_sum)] + [code_sum[:, at + 2 * i:at + 2 * i + 2] for i in range(len(self.members) - 1)]
+        times = [np.asarray(time_sum)]
+        for m in self.members[1:]:
+            times.append(code_sum[:, at:at + m.time_width])
+            at += m.time_width
         ms = _geomean([m.combine(c, t, count) for m, c, t in zip(self.members, codes, times)])
         return np.where(np.asarray(count).reshape(-1, 1) > 0, ms, 0.0)
 

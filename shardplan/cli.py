@@ -250,7 +250,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                             hot_mixes=args.hot_mixes, long_ranks=args.long_ranks,
                             crowded_mixes=args.crowded_mixes, context_code=args.context_code,
                             slowdown_window_s=args.slowdown_window_s, retimes=args.retimes,
-                            init=get_profile(args.init) if args.init else None, huber_delta=args.huber_delta)
+                            init=get_profile(args.init) if args.init else None, huber_delta=args.huber_delta,
+                            components=args.components)
     print(report_markdown(meta))
     return 0
 
@@ -928,6 +929,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="count each labelled set's log error squared only up to this residual and linearly "
                             "past it (0.1: about 10%%), so labels a busy neighbour slowed pull the fit less; "
                             "default: squared throughout; a candidate")
+    # 8: shardplan.cost.model.MAX_COMPONENTS, spelt out for --help's sake, as the modes above
+    train.add_argument("--components", type=at_least(1, int, 8), default=1, metavar="K",
+                       help="time parts per shard and head, each slowed by the set at a factor of its own "
+                            "(default 1: one factor for the whole set; more, a candidate)")
     train.set_defaults(func=_cmd_train)
 
     tp = with_profile(sub.add_parser("train-policy", help="train the rl searcher's placement policy against "

@@ -190,33 +190,41 @@ def test_baselines_fit_predict():
         assert metrics(pf, pb, fwd, bwd)["fwd+bwd"]["spearman"] > 0.8
 
 
-@pytest.mark.parametrize("context_totals,context_code", [(False, "free"), (True, "free"), (True, "none"),
-                                                         (True, "banded")])
-def test_incremental_sums_match_whole_set_prediction(context_totals, context_code, tmp_path):
+@pytest.mark.parametrize("context_totals,context_code,components", [
+    (False, "free", 1), (True, "free", 1), (True, "none", 1), (True, "banded", 1), (False, "free", 3),
+    (True, "banded", 2)])
+def test_incremental_sums_match_whole_set_prediction(context_totals, context_code, components, tmp_path):
     sets, fwd, bwd = _synthetic(200)
     model = NeuralCostModel(profile="cpu-2c", epochs=5, hidden=16, code=8, context_totals=context_totals,
-                            context_code=context_code).fit(sets, fwd, bwd, progress=False)
+                            context_code=context_code, components=components).fit(sets, fwd, bwd, progress=False)
     specs = sets[0] + sets[1]
     codes, times = model.encode_shards(specs)
     assert codes.shape == (len(specs), model.code_width) and model.code_width == 8 + 3 * context_totals
+    assert times.shape == (len(specs), 2 * components) == (len(specs), model.time_width)
     ms = model.combine(codes.sum(0, keepdims=True), times.sum(0, keepdims=True), np.array([len(specs)]))
     f, b = model.predict([specs])
     assert ms[0] == pytest.approx([f[0], b[0]], rel=1e-4)
-    assert model.combine(np.zeros((1, model.code_width)), np.zeros((1, 2)), np.array([0])).tolist() == [[0.0, 0.0]]
+    assert model.on_bound([specs, []]).shape == (2, 2)
+    none = np.zeros((1, model.time_width))
+    assert model.combine(np.zeros((1, model.code_width)), none, np.array([0])).tolist() == [[0.0, 0.0]]
     # a rank a searcher emptied by subtraction keeps float32 remainders; they price as nothing, silently
     emptied = np.zeros((1, model.code_width))
     emptied[0, model.code:] = -32.0
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert model.combine(emptied, np.zeros((1, 2)), np.array([0])).tolist() == [[0.0, 0.0]]
+        assert model.combine(emptied, none, np.array([0])).tolist() == [[0.0, 0.0]]
     model.save(tmp_path / "m.json")
     loaded = NeuralCostModel.load(tmp_path / "m.json")
-    assert (loaded.context_totals, loaded.context_code) == (context_totals, context_code)
+    assert (loaded.context_totals, loaded.context_code, loaded.components) == (context_totals, context_code,
+                                                                               components)
     assert np.allclose(loaded.predict([specs])[0], f, rtol=1e-5)
     with pytest.raises(InputError, match="context_code"):  # a context left the shard count alone
         NeuralCostModel(profile="cpu-2c", context_code="none")
     with pytest.raises(InputError, match="context_code"):
         NeuralCostModel(profile="cpu-2c", context_totals=True, context_code="loose")
+    for bad in (0, 9, 2.0):
+        with pytest.raises(InputError, match="components"):
+            NeuralCostModel(profile="cpu-2c", components=bad)
 
 
 def test_context_is_held_within_the_range_it_took_on_the_training_sets(tmp_path):

@@ -15,6 +15,7 @@ class AdditiveModel:
 
     profile = "cpu-2c"
     code_width = 1
+    time_width = 2
     metadata = {"optimizers": ["sgd"]}
 
     @staticmethod

@@ -122,6 +122,17 @@ def test_cli_train_refuses_a_huber_delta_that_is_no_positive_residual(capsys):
         assert e.value.code == 2 and "--huber-delta" in capsys.readouterr().err
 
 
+def test_cli_train_refuses_a_component_count_outside_one_to_eight(capsys):
+    from shardplan.cost.model import MAX_COMPONENTS
+
+    assert build_parser().parse_args(["train", "--components", "2"]).components == 2
+    assert build_parser().parse_args(["train"]).components == 1
+    for bad in ("0", str(MAX_COMPONENTS + 1), "two"):
+        with pytest.raises(SystemExit) as e:
+            build_parser().parse_args(["train", "--components", bad])
+        assert e.value.code == 2 and "--components" in capsys.readouterr().err
+
+
 def test_cli_train_refuses_a_start_of_itself_or_of_another_device_before_reading_data(tmp_path, capsys):
     for init in ("cpu-2c-nested-rowwise-adagrad", "h100"):
         argv = ["train", "--profile", "cpu-2c-nested-rowwise-adagrad", "--init", init, "--out", str(tmp_path / "m")]

@@ -48,6 +48,7 @@ class RooflineCostModel:
     """
 
     code_width = 1
+    time_width = 2  # own times: fwd, bwd
     split_batches = False
 
     def __init__(self, bytes_per_ms: float = 1.0, bwd_multiplier: float = 2.0, profile: str = "",

@@ -208,6 +208,10 @@ class AtHostState:
     def code_width(self) -> int:
         return self.compute.code_width
 
+    @property
+    def time_width(self) -> int:
+        return self.compute.time_width
+
     def encode_shards(self, specs: list[ShardSpec]) -> tuple[np.ndarray, np.ndarray]:
         return self.compute.encode_shards(specs)
 

@@ -50,6 +50,7 @@ OFFSET_LR_SCALE = 20.0  # the random sets' level offset learns this many times f
 # each end: the extremes are a handful of sets, and one outlier would license the extrapolation the
 # bound is there to stop (see NeuralCostModel.fit).
 CONTEXT_TRIM_PERCENT = 0.5
+MAX_COMPONENTS = 8  # time components a shard may carry per head (``components``; 1: the committed recipe)
 
 
 class _SetNet(nn.Module):
@@ -61,17 +62,26 @@ class _SetNet(nn.Module):
     factor for what fusing the shards into one kernel changes, and a fixed
     overhead. The additive core is what lets the model extrapolate to more
     shards than it was trained on.
+
+    With ``components`` K > 1 each shard's time is K parts per head and the
+    context gives each summed part a factor of its own: ms = sum_k factor_k(set)
+    * sum_i t_k(shard_i) + overhead(set). One factor slows every shard of a set
+    alike; K of them let the set slow some kinds of work (rows that stay in
+    cache when their table runs alone) more than others, and a rank is still
+    the sum of its shards' codes and parts.
     """
 
     def __init__(self, n_features: int, hidden: int, code: int,
-                 totals: tuple[np.ndarray, np.ndarray] | None = None, context_code: str = "free") -> None:
+                 totals: tuple[np.ndarray, np.ndarray] | None = None, context_code: str = "free",
+                 components: int = 1) -> None:
         super().__init__()
         self.code = code
+        self.components = components
         self.context_code = context_code
         self.encoder = nn.Sequential(
             nn.Linear(n_features, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(),
             nn.Linear(hidden, code))
-        self.shard_time = nn.Linear(code, 2)
+        self.shard_time = nn.Linear(code, 2 * components)  # fwd parts, then bwd parts
         # With ``totals`` (the feature scaling's mean and std), each code also carries the shard's raw
         # amounts of TOTAL_FEATURES, so a set's summed code holds its totals for the context to read.
         self.n_totals = len(TOTAL_FEATURES) if totals is not None else 0
@@ -81,17 +91,18 @@ class _SetNet(nn.Module):
             self.register_buffer("total_std", torch.as_tensor(np.asarray(totals[1])[idx], dtype=torch.float32))
             self.total_index = idx
         n_context = (code if context_code == "free" else 0) + 1 + self.n_totals
-        self.context = nn.Sequential(nn.Linear(n_context, hidden), nn.SiLU(), nn.Linear(hidden, 4))
+        n_out = 2 * components + 2  # log factors (fwd parts, bwd parts), log overheads (fwd, bwd)
+        self.context = nn.Sequential(nn.Linear(n_context, hidden), nn.SiLU(), nn.Linear(hidden, n_out))
         if context_code == "banded":
             self.code_context = nn.Sequential(nn.Linear(code + 1 + self.n_totals, hidden), nn.SiLU(),
-                                              nn.Linear(hidden, 4))
-        # The context's outputs (log factor, log overhead; fwd, bwd) are held within the range they took on
+                                              nn.Linear(hidden, n_out))
+        # The context's outputs (log factors, log overheads) are held within the range they took on
         # the training sets, once fitted (NeuralCostModel._bound_context); None while training.
         self.context_bounds: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-shard codes ``[..., C]`` (``C`` learnt columns, then any raw totals) and per-shard times
-        ``[..., 2]`` for features ``[..., F]``."""
+        ``[..., 2K]`` (K parts fwd, then K bwd) for features ``[..., F]``."""
         codes = self.encoder(x)
         times = torch.exp(self.shard_time(codes).clamp(max=30.0))
         if self.n_totals:  # the log2 features back to amounts (floats looked up, updated; bytes held)
@@ -114,14 +125,16 @@ class _SetNet(nn.Module):
         return (codes * m).sum(dim=1), (times * m).sum(dim=1), mask.sum(dim=1, keepdim=True)
 
     def raw_context(self, code_sum: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-        """The context's outputs ``[N, 4]`` (log factor fwd, bwd; log overhead fwd, bwd), unbounded."""
+        """The context's outputs ``[N, 2K + 2]`` (log factors of the fwd parts, of the bwd parts; log overhead
+        fwd, bwd), unbounded."""
         inputs = self.context_input(code_sum, count.clamp(min=1.0))
         if self.context_code == "free":
             return self.context(inputs)
         out = self.context(inputs[:, self.code:])
         if self.context_code == "banded":
             z = self.code_context(inputs)
-            out = out + torch.cat([CODE_BAND * torch.tanh(z[:, :2]), z[:, 2:]], dim=1)
+            k = 2 * self.components
+            out = out + torch.cat([CODE_BAND * torch.tanh(z[:, :k]), z[:, k:]], dim=1)
         return out
 
     def combine(self, code_sum: torch.Tensor, time_sum: torch.Tensor, count: torch.Tensor,
@@ -131,8 +144,12 @@ class _SetNet(nn.Module):
         ctx = self.raw_context(code_sum, count)
         if bounded and self.context_bounds is not None:
             ctx = torch.clamp(ctx, *self.context_bounds)
-        log_factor, log_overhead = ctx[:, :2], ctx[:, 2:]
-        return torch.logaddexp(torch.log(time_sum + 1e-9) + log_factor, log_overhead)
+        k = 2 * self.components
+        log_factor, log_overhead = ctx[:, :k], ctx[:, k:]
+        work = torch.log(time_sum + 1e-9) + log_factor
+        if self.components > 1:  # each head's parts, each at its own factor, add
+            work = torch.logsumexp(work.reshape(-1, 2, self.components), dim=2)
+        return torch.logaddexp(work, log_overhead)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Log ms ``[N, 2]`` (fwd, bwd) for padded sets ``x [N, S, F]`` with ``mask [N, S]``."""
@@ -226,7 +243,7 @@ class NeuralCostModel:
                  seed: int = 0, monotone_weight: float = 10.0, group_weight: float = 1.0,
                  group_tilt: bool = True, random_level: bool = False, split_batches: bool = True,
                  context_totals: bool = False, decomp_weight: float = 1.0, context_code: str = "free",
-                 huber_delta: float | None = None) -> None:
+                 huber_delta: float | None = None, components: int = 1) -> None:
         for name, v in (("hidden", hidden), ("code", code), ("epochs", epochs), ("batch_size", batch_size)):
             if not isinstance(v, int) or v <= 0:
                 raise InputError(name, f"must be a positive integer, got {v!r}")
@@ -239,6 +256,9 @@ class NeuralCostModel:
         if huber_delta is not None and not huber_delta > 0:
             raise InputError("huber_delta", f"must be positive (a log-ms residual), got {huber_delta!r}",
                              "leave it unset for the squared loss")
+        if not isinstance(components, int) or not 1 <= components <= MAX_COMPONENTS:
+            raise InputError("components", f"must be an integer from 1 to {MAX_COMPONENTS}, got {components!r}",
+                             "1 is the committed recipe")
         check_context_code(context_code, context_totals)
         self.profile = profile
         self.hidden, self.code, self.epochs = hidden, code, epochs
@@ -250,6 +270,7 @@ class NeuralCostModel:
         self.context_totals = context_totals
         self.context_code = context_code
         self.huber_delta = huber_delta
+        self.components = components
         self.net: _SetNet | None = None
         # log ms (fwd, bwd) that random shard sets sit above the level predicted (a planner's ranks)
         self.random_offset = np.zeros(2, dtype=np.float32)
@@ -354,6 +375,13 @@ class NeuralCostModel:
         candidate (2026-11-24, the Xeon profile's ``candidates/decompositions/``), not the committed
         recipe: the ratios move with the host's cache state, and learnt against labels taken in
         another they cost the larger sets (``docs/cost-model.md``, "Sets over their shards alone").
+
+        With ``components`` K > 1 each shard's time is K parts per head, and the set context gives each
+        summed part a factor of its own (``_SetNet``). Why: the Xeon's lasting misses on TorchRec's
+        unseen ranks are ranks the kernel runs 1.3-1.6 times their shards alone, which the one factor
+        prices at 1.0-1.3 (``bench/rank_parts.py``, session 88), and one factor slows a shard whose rows
+        stay cached while its table runs alone as much as one whose rows never do. A candidate (session
+        89; ``docs/cost-model.md``, "Time in parts").
 
         ``init`` (a fitted model of the same network shape) is where training starts: its weights, its
         feature scaling and its random sets' offset, in place of a seeded draw and this data's scaling.
@@ -472,7 +500,7 @@ class NeuralCostModel:
         """``init`` must be fitted and of this model's network shape and inputs, or its weights mean nothing here."""
         if init.net is None:
             raise InputError("init", "is not a fitted model", "fit or load it first")
-        for name in ("hidden", "code", "split_batches", "context_totals", "context_code"):
+        for name in ("hidden", "code", "split_batches", "context_totals", "context_code", "components"):
             if getattr(init, name) != getattr(self, name):
                 raise InputError("init", f"has {name}={getattr(init, name)!r}, this model {getattr(self, name)!r}",
                                  "start from a model trained by the same recipe")
@@ -522,12 +550,18 @@ class NeuralCostModel:
 
     def _new_net(self) -> _SetNet:
         return _SetNet(len(FEATURE_NAMES), self.hidden, self.code,
-                       (self.mean, self.std) if self.context_totals else None, self.context_code)
+                       (self.mean, self.std) if self.context_totals else None, self.context_code, self.components)
 
     @property
     def code_width(self) -> int:
         """Columns of :meth:`encode_shards`' codes (the learnt code, then any raw totals)."""
         return self.code + (len(TOTAL_FEATURES) if self.context_totals else 0)
+
+    @property
+    def time_width(self) -> int:
+        """Columns of :meth:`encode_shards`' own times: ``components`` parts of the forward, then of the
+        backward."""
+        return 2 * self.components
 
     def ops(self, sets: list[list[ShardSpec]]) -> tuple[list[list[ShardSpec]], np.ndarray]:
         """The sets as the model prices them, one op at a time, and the set each op comes from: their
@@ -603,9 +637,11 @@ class NeuralCostModel:
         if not nonempty or self.context_range is None:
             return out
         code_sum, _, count = pooled
+        k = self.time_width
         with torch.no_grad():
-            factor = self.net.raw_context(code_sum, count).numpy()[:, :2]
-        outside = (factor < self.context_range[0, :2]) | (factor > self.context_range[1, :2])
+            factor = self.net.raw_context(code_sum, count).numpy()[:, :k]
+        outside = (factor < self.context_range[0, :k]) | (factor > self.context_range[1, :k])
+        outside = outside.reshape(-1, 2, self.components).any(axis=2)  # any part of each head
         hit = np.zeros((len(nonempty), 2), bool)
         np.logical_or.at(hit, owner, outside)
         out[nonempty] = hit
@@ -613,7 +649,8 @@ class NeuralCostModel:
 
     # ---- incremental use (search) -----------------------------------------------------------
     def encode_shards(self, specs: list[ShardSpec]) -> tuple[np.ndarray, np.ndarray]:
-        """Codes ``[n, C]`` and own times ``[n, 2]`` of shards; a rank is the sum of its shards' rows.
+        """Codes ``[n, C]`` and own times ``[n, 2K]`` (:attr:`time_width`) of shards; a rank is the sum of
+        its shards' rows.
 
         With :meth:`combine`, a searcher scores "rank r plus shard s" by adding
         two vectors instead of re-running the model on the whole set. With
@@ -623,7 +660,7 @@ class NeuralCostModel:
         if self.net is None:
             raise RuntimeError("the model is not fitted; call fit() or load()")
         if not specs:
-            return np.zeros((0, self.code_width), np.float32), np.zeros((0, 2), np.float32)
+            return np.zeros((0, self.code_width), np.float32), np.zeros((0, self.time_width), np.float32)
         x, _ = set_features([specs])
         x = (x[0] - self.mean) / self.std
         with torch.no_grad():
@@ -649,12 +686,16 @@ class NeuralCostModel:
             parts.append((np.log2(1.0 + totals) - TOTALS_CENTRE) / TOTALS_SCALE)
         inputs = np.concatenate(parts, axis=1)
         ctx = _mlp(inputs if self.context_code == "free" else inputs[:, self.code:], context)
+        k = self.time_width
         if self.context_code == "banded":
             z = _mlp(inputs, code_context)
-            ctx = ctx + np.concatenate([CODE_BAND * np.tanh(z[:, :2]), z[:, 2:]], axis=1)
+            ctx = ctx + np.concatenate([CODE_BAND * np.tanh(z[:, :k]), z[:, k:]], axis=1)
         if self.context_range is not None:
             ctx = np.clip(ctx, self.context_range[0], self.context_range[1])
-        y = np.logaddexp(np.log(np.maximum(np.asarray(time_sum, np.float32), 0.0) + 1e-9) + ctx[:, :2], ctx[:, 2:])
+        work = np.log(np.maximum(np.asarray(time_sum, np.float32), 0.0) + 1e-9) + ctx[:, :k]
+        if self.components > 1:
+            work = np.logaddexp.reduce(work.reshape(-1, 2, self.components), axis=2)
+        y = np.logaddexp(work, ctx[:, k:])
         return np.where(count > 0, np.exp(y), 0.0)
 
     def _context_weights(self) -> tuple[_Layers, _Layers]:
@@ -682,7 +723,7 @@ class NeuralCostModel:
                       "group_tilt": self.group_tilt, "random_level": self.random_level,
                       "split_batches": self.split_batches, "context_totals": self.context_totals,
                       "decomp_weight": self.decomp_weight, "context_code": self.context_code,
-                      "huber_delta": self.huber_delta},
+                      "huber_delta": self.huber_delta, "components": self.components},
             "mean": self.mean.tolist(), "std": self.std.tolist(), "random_offset": self.random_offset.tolist(),
             "context_range": None if self.context_range is None else self.context_range.tolist(),
             "state_dict": {k: v.tolist() for k, v in self.net.state_dict().items()},

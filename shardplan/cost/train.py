@@ -182,7 +182,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                      hot_mixes: bool = False, long_ranks: bool = False,
                      crowded_mixes: bool = False, context_code: str = "free",
                      slowdown_window_s: float | None = None, retimes: bool = False,
-                     init: Profile | None = None, huber_delta: float | None = None) -> dict[str, Any]:
+                     init: Profile | None = None, huber_delta: float | None = None,
+                     components: int = 1) -> dict[str, Any]:
     """Train on ``data_dir`` (default: the profile's folder), write model and report to ``out_dir``.
     ``random_level``: the random sets' level is learnt apart from plan ranks' (``NeuralCostModel.fit``);
     it needs plan ranks (``compute-ranks.parquet``), or an ``init`` model that learnt it, whose offset is then
@@ -203,7 +204,9 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     timings (:func:`.labels.repeated_labels`; a CPU profile's candidate). ``init``: training starts from that
     profile's committed model (``NeuralCostModel.fit``'s ``init``), which must be of this host's device and of
     the same network shape: for a kind labelled on few sets, paired against a base with many. ``huber_delta``:
-    the labelled sets' log loss turns linear past that residual (``NeuralCostModel.fit``; a candidate)."""
+    the labelled sets' log loss turns linear past that residual (``NeuralCostModel.fit``; a candidate).
+    ``components``: time parts per shard and head, each with a set factor of its own (``NeuralCostModel.fit``;
+    above 1 a candidate)."""
     check_context_code(context_code, context_totals, ("--context-code", "--context-totals"))  # before any data
     start = None
     if init is not None:  # read and checked before any data
@@ -324,7 +327,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
         "neural": NeuralCostModel(profile=profile.name, epochs=epochs, seed=seed, group_weight=RANK_SAMPLE_WEIGHT,
                                   random_level=random_level, split_batches=split_batches,
                                   context_totals=context_totals, decomp_weight=DECOMP_WEIGHT,
-                                  context_code=context_code, huber_delta=huber_delta),
+                                  context_code=context_code, huber_delta=huber_delta, components=components),
         "roofline (TorchRec form)": RooflineCostModel(),
         "gbm (hand features)": GBMCostModel(seed=seed),
     }
@@ -435,6 +438,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                    + (f" --slowdown-window-s {slowdown_window_s:g}" if slowdown_window_s is not None else "")
                    + (" --retimes" if retimes else "")
                    + (f" --huber-delta {huber_delta:g}" if huber_delta is not None else "")
+                   + (f" --components {components}" if components != 1 else "")
                    + (f" --init {init.name}" if init is not None else ""),
         "date": _dt.date.today().isoformat(),
     }

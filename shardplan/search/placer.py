@@ -119,7 +119,7 @@ class Placer:
         op of their own (data-parallel replicas; 0 otherwise), which no placement changes."""
         task, world = self.task, self.world
         code_sum = np.zeros((world, self.model.code_width), np.float32)
-        time_sum = np.zeros((world, 2), np.float32)
+        time_sum = np.zeros((world, self.model.time_width), np.float32)
         count = np.zeros(world, np.float32)
         mem = np.zeros(world)
         dims = np.zeros(world)
@@ -149,7 +149,8 @@ class Placer:
     def unit_inputs(self, units: list[Unit]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each unit's code, own (fwd, bwd) times and bytes, as it would sit on a rank."""
         if not units:
-            return np.zeros((0, self.model.code_width), np.float32), np.zeros((0, 2), np.float32), np.zeros(0)
+            return (np.zeros((0, self.model.code_width), np.float32), np.zeros((0, self.model.time_width), np.float32),
+                    np.zeros(0))
         missing = [u for u in dict.fromkeys(units) if u not in self._units]
         if missing:
             shards = [Shard(0, 0, u.table.num_embeddings, u.col_offset, u.num_cols) for u in missing]
