@@ -7,6 +7,7 @@ Bench scripts import it as a sibling (``bench/`` is on ``sys.path`` when a scrip
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -17,11 +18,19 @@ from shardplan.cost.profiles import load1, machine_stamp
 from shardplan.formats import write_text_atomic
 
 
+# Environment variables that change what a kernel timing reads (how the weights' memory is laid out), written
+# before the command when set: the malloc settings every collection runs under, and huge pages for torch's
+# large tensors (session 89).
+TIMING_ENV = ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_", "THP_MEM_ALLOC_ENABLE")
+
+
 def provenance(load_before: float, then: str = ".") -> list[str]:
-    """``Command: ...`` and ``Date ... UTC, <cpu>, load X before / Y after`` + ``then`` (the script's own
-    facts about the run, e.g. ``"; divisor per task 1.1-1.3x."``), as two markdown lines."""
+    """``Command: ...`` (after any :data:`TIMING_ENV` settings) and ``Date ... UTC, <cpu>, load X before / Y
+    after`` + ``then`` (the script's own facts about the run, e.g. ``"; divisor per task 1.1-1.3x."``), as two
+    markdown lines."""
     script = Path(sys.argv[0]).name
-    return [f"Command: `.venv/bin/python bench/{script} {shlex.join(sys.argv[1:])}`  ",
+    env = "".join(f"{k}={shlex.quote(os.environ[k])} " for k in TIMING_ENV if k in os.environ)
+    return [f"Command: `{env}.venv/bin/python bench/{script} {shlex.join(sys.argv[1:])}`  ",
             f"Date {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {machine_stamp()['cpu_model']}, "
             f"load {load_before:.2f} before / {load1():.2f} after{then}"]
 

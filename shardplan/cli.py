@@ -251,7 +251,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
                             crowded_mixes=args.crowded_mixes, context_code=args.context_code,
                             slowdown_window_s=args.slowdown_window_s, retimes=args.retimes,
                             init=get_profile(args.init) if args.init else None, huber_delta=args.huber_delta,
-                            components=args.components)
+                            components=args.components, moderate_mixes=args.moderate_mixes)
     print(report_markdown(meta))
     return 0
 
@@ -909,6 +909,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--crowded-mixes", action=argparse.BooleanOptionalAction, default=False,
                        help="also learn compute-crowded-mixes.parquet's neighbour-calibrated sets of 8-30 whole "
                             "tables as plan ranks (shardplan collect crowded-mixes); a candidate")
+    train.add_argument("--moderate-mixes", action=argparse.BooleanOptionalAction, default=False,
+                       help="also learn compute-moderate-mixes.parquet's neighbour-calibrated sets of 8-30 whole "
+                            "tables that fit the cache one by one and not together, as plan ranks (shardplan "
+                            "collect moderate-mixes); a candidate")
     train.add_argument("--long-ranks", action=argparse.BooleanOptionalAction, default=False,
                        help="plan ranks count more the longer they are (once more per 10 ms, up to 3 times "
                             "their weight): a plan's cost is its slowest rank's; a candidate")
@@ -1079,7 +1083,9 @@ def build_parser() -> argparse.ArgumentParser:
     for recipe, about, excluded in (
             ("hot", "plan-rank-like sets around a large hot table", "data/tasks/unseen-a,data/tasks/unseen-b"),
             ("crowded", "sets of 8-30 whole tables, half of them large",
-             "data/tasks/unseen-a,data/tasks/unseen-b,data/tasks/unseen-c")):
+             "data/tasks/unseen-a,data/tasks/unseen-b,data/tasks/unseen-c"),
+            ("moderate", "sets of 8-30 whole tables, each touching at most 4 MB of rows a batch",
+             "data/tasks/unseen-a,data/tasks/unseen-b,data/tasks/unseen-c,data/tasks/unseen-d")):
         ch = with_profile(csub.add_parser(f"{recipe}-mixes", help=f"time {about} beside labelled neighbours "
                                                                   "(calibrated labels; resumable)"),
                           model=False)

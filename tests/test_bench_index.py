@@ -29,3 +29,16 @@ def test_every_result_is_traced_to_its_script(load_script) -> None:
     assert s22.script == index.BENCH_CLI and "--suite data/tasks/cpu-bench" in s22.command
     assert s22.date.startswith("2026-11-23")
     assert any("README.md" in r.cited_in for r in results) and any(not r.cited_in for r in results)
+
+
+def test_a_command_run_under_timing_settings_names_them_and_is_still_traced(load_script, monkeypatch) -> None:
+    provenance = load_script("bench/provenance.py")
+    index = load_script("bench/index.py")
+    monkeypatch.setattr("sys.argv", ["bench/rank_parts.py", "--rank", "0"])
+    monkeypatch.setenv("THP_MEM_ALLOC_ENABLE", "1")
+    monkeypatch.setenv("MALLOC_MMAP_MAX_", "0")
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    line = provenance.provenance(0.5)[0]
+    assert line == "Command: `MALLOC_MMAP_MAX_=0 THP_MEM_ALLOC_ENABLE=1 .venv/bin/python bench/rank_parts.py --rank 0`  "
+    command = index._COMMAND.search(line).group(1)
+    assert index.Result(name="x", command=command).script == "bench/rank_parts.py"

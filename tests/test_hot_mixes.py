@@ -9,13 +9,14 @@ import pytest
 from shardplan.cost import collect_hot
 from shardplan.cost.calibration import CalibratedTiming
 from shardplan.cost.collect_hot import (CROWDED_ID_SEED, CROWDED_MAX_HELD, CROWDED_MAX_TOUCHED, CROWDED_SHARDS,
-                                        HOT_MIN_POOLING, HOT_MIN_ROWS, collect_hot_mixes, crowded_mix_sample,
-                                        hot_mix_sample, suite_table_names)
+                                        HOT_MIN_POOLING, HOT_MIN_ROWS, MODERATE_ID_SEED, MODERATE_MAX_SHARD_TOUCHED,
+                                        collect_hot_mixes, crowded_mix_sample, hot_mix_sample,
+                                        moderate_mix_sample, suite_table_names)
 from shardplan.cost.features import touched_bytes
 from shardplan.cost.profiles import get_profile
 from shardplan.cost.specs import specs_from_json, specs_to_json
 from shardplan.cost.split import holdout_mask, is_holdout
-from shardplan.cost.train import CROWDED_SPLIT, HOT_SPLIT, train_and_report
+from shardplan.cost.train import CROWDED_SPLIT, HOT_SPLIT, MODERATE_SPLIT, train_and_report
 from shardplan.domain import Table
 from shardplan.errors import InputError
 from test_collect_and_models import _synthetic
@@ -74,6 +75,22 @@ def test_a_crowded_mix_holds_many_whole_tables_half_large_within_its_budgets():
         crowded_mix_sample(np.random.default_rng(0), [t for t in pool if t.num_embeddings < HOT_MIN_ROWS], prof)
 
 
+def test_moderate_mixes_are_many_tables_that_fit_the_cache_one_by_one_and_not_together():
+    prof = get_profile("cpu-2c-xeon")
+    pool = _pool() + [Table(f"mid{i}", 100_000 * (i + 1), 64, 5.0 + i, 0.9) for i in range(40)]
+    sets = [moderate_mix_sample(np.random.default_rng([0, i]), pool, prof) for i in range(20)]
+    assert sets[3] == moderate_mix_sample(np.random.default_rng([0, 3]), pool, prof)  # seeded
+    for specs in sets:
+        names = [s.table for s in specs]
+        assert len(set(names)) == len(names) and len({s.batch_size for s in specs}) == 1
+        assert all(s.row_offset == 0 and s.rows == s.table_rows for s in specs)  # whole tables
+        assert all(touched_bytes([s]) <= MODERATE_MAX_SHARD_TOUCHED for s in specs)
+        assert touched_bytes(specs) <= CROWDED_MAX_TOUCHED and len(specs) <= CROWDED_SHARDS[1]
+    # together they touch what none does alone: most sets past twice the per-table limit
+    assert np.median([touched_bytes(s) for s in sets]) > 2 * MODERATE_MAX_SHARD_TOUCHED
+    assert np.median([len(s) for s in sets]) >= 10
+
+
 def test_suite_table_names_strip_the_task_prefix(tmp_path):
     for name, tables in (("a.json", ["t00_meta497", "t01_kaggle07"]), ("b.json", ["t12_meta001"])):
         (tmp_path / name).write_text(json.dumps({"tables": [{"name": t} for t in tables]}))
@@ -104,6 +121,8 @@ def test_labels_are_the_calibrated_times_and_collection_resumes(tmp_path, monkey
     assert (crowded["source"] == "crowded-mix").all() and calls[-1] == CROWDED_ID_SEED
     assert specs_from_json(crowded["shards"].iloc[0]) == crowded_mix_sample(np.random.default_rng([3, 0]), _pool(),
                                                                             prof)
+    moderate = collect_hot_mixes(prof, _pool(), tmp_path / "moderate.parquet", 1, seed=3, recipe="moderate")
+    assert (moderate["source"] == "moderate-mix").all() and calls[-1] == MODERATE_ID_SEED
 
 
 def test_training_with_hot_mixes_holds_some_out_and_names_the_flag(tmp_path):
@@ -122,6 +141,10 @@ def test_training_with_hot_mixes_holds_some_out_and_names_the_flag(tmp_path):
     meta = train_and_report(prof, epochs=2, data_dir=tmp_path, progress=False, hot_mixes=True, crowded_mixes=True)
     assert meta["command"].endswith("--hot-mixes --crowded-mixes") and "compute-crowded-mixes" in meta["trained_on"]
     assert meta["evaluation"][CROWDED_SPLIT]["n"] == held == meta["holdout_crowded_mixes"]
+    frame(np.arange(60, 80), 9).assign(source="moderate-mix").to_parquet(tmp_path / "compute-moderate-mixes.parquet")
+    meta = train_and_report(prof, epochs=2, data_dir=tmp_path, progress=False, moderate_mixes=True)
+    assert meta["command"].endswith("--moderate-mixes") and "compute-moderate-mixes" in meta["trained_on"]
+    assert meta["evaluation"][MODERATE_SPLIT]["n"] == held == meta["holdout_moderate_mixes"]
 
 
 def test_plan_ranks_join_training_copy_after_copy_and_long_ones_more(tmp_path, monkeypatch):

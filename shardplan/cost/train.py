@@ -96,7 +96,9 @@ LARGE_RAW_SPLIT = "larger_sets, raw labels (machine drift left in)"
 GROUP_SPLIT = "holdout plan groups (each task's plans timed together; level matched per group)"
 HOT_SPLIT = "holdout hot mixes (neighbour-calibrated, plan ranks' level)"
 CROWDED_SPLIT = "holdout crowded mixes (neighbour-calibrated, plan ranks' level)"
-MIX_SPLITS = {"hot": HOT_SPLIT, "crowded": CROWDED_SPLIT}  # the recipes of shardplan.cost.collect_hot
+MODERATE_SPLIT = "holdout moderate mixes (neighbour-calibrated, plan ranks' level)"
+# the recipes of shardplan.cost.collect_hot
+MIX_SPLITS = {"hot": HOT_SPLIT, "crowded": CROWDED_SPLIT, "moderate": MODERATE_SPLIT}
 DECOMP_SPLIT = ("holdout decompositions (each set whole over the sum of its shards alone, timed in the same "
                 "repetitions; scored as that ratio)")
 
@@ -183,7 +185,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                      crowded_mixes: bool = False, context_code: str = "free",
                      slowdown_window_s: float | None = None, retimes: bool = False,
                      init: Profile | None = None, huber_delta: float | None = None,
-                     components: int = 1) -> dict[str, Any]:
+                     components: int = 1, moderate_mixes: bool = False) -> dict[str, Any]:
     """Train on ``data_dir`` (default: the profile's folder), write model and report to ``out_dir``.
     ``random_level``: the random sets' level is learnt apart from plan ranks' (``NeuralCostModel.fit``);
     it needs plan ranks (``compute-ranks.parquet``), or an ``init`` model that learnt it, whose offset is then
@@ -197,7 +199,7 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     ``train_decompositions``. ``hot_mixes``: also
     learn ``compute-hot-mixes.parquet`` (:mod:`collect_hot`), neighbour-calibrated sets at plan ranks' level,
     each counted as a plan rank; held out by the random split (a candidate); ``crowded_mixes`` the same of
-    ``compute-crowded-mixes.parquet``. ``long_ranks``: plan ranks count
+    ``compute-crowded-mixes.parquet``, ``moderate_mixes`` of ``compute-moderate-mixes.parquet``. ``long_ranks``: plan ranks count
     more the longer they are (:func:`rank_weights`; a candidate). ``slowdown_window_s``: the labels' divisor
     smoothed over that window (:mod:`.labels`) in place of the profile's own choice (a candidate). ``retimes``:
     the random sets and plan ranks timed again under ``data_dir/retimes/`` are labelled by the median of their
@@ -280,7 +282,8 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
                        int(rdf.loc[rhold, "task"].nunique()))
 
     mix_splits, mix_counts = {}, {}
-    for recipe in [r for r, wanted in (("hot", hot_mixes), ("crowded", crowded_mixes)) if wanted]:
+    wanted_mixes = (("hot", hot_mixes), ("crowded", crowded_mixes), ("moderate", moderate_mixes))
+    for recipe in [r for r, wanted in wanted_mixes if wanted]:
         mix_path = data_dir / f"compute-{recipe}-mixes.parquet"
         if not mix_path.exists():
             raise InputError(f"--{recipe}-mixes", f"no {recipe} mixes at {mix_path}",
