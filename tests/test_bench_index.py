@@ -39,6 +39,7 @@ def test_a_command_run_under_timing_settings_names_them_and_is_still_traced(load
     monkeypatch.setenv("MALLOC_MMAP_MAX_", "0")
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
     line = provenance.provenance(0.5)[0]
-    assert line == "Command: `MALLOC_MMAP_MAX_=0 THP_MEM_ALLOC_ENABLE=1 .venv/bin/python bench/rank_parts.py --rank 0`  "
+    assert line == ("Command: `MALLOC_MMAP_MAX_=0 THP_MEM_ALLOC_ENABLE=1 .venv/bin/python bench/rank_parts.py "
+                    "--rank 0`  ")
     command = index._COMMAND.search(line).group(1)
     assert index.Result(name="x", command=command).script == "bench/rank_parts.py"

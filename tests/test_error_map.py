@@ -42,7 +42,7 @@ def test_on_bound_table_counts_bound_sets_and_both_errors_per_fifth(load_script)
 
 def test_calibrated_mixes_are_not_divided(load_script) -> None:
     em = load_script("bench/error_map.py")
-    assert em.CALIBRATED_SOURCES == {"hot-mix", "crowded-mix"}
+    assert em.CALIBRATED_SOURCES == {"hot-mix", "crowded-mix", "moderate-mix"}
 
 
 def test_spread_table_bands_by_the_prediction_and_shows_a_one_sided_tail(load_script) -> None:

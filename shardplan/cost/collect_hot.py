@@ -20,9 +20,9 @@ said 1.26. The random sets' budgets (600 MB held, 15 shards) never draw them.
 
 :func:`moderate_mix_sample` is the third (``shardplan collect moderate-mixes``): 8-30 whole tables
 each of whose rows touched a batch fit the cache on their own (``MODERATE_MAX_SHARD_TOUCHED``) and not
-together. On the Xeon, 8 like tables of 1.4 MB touched each ran 1.10 times their 8 ops alone and 16 ran
-1.42 times, where the committed model said 0.80 and 0.98 (``bench/like_tables.py``); the crowded mixes
-draw half their tables from the large ones, whose rows leave the cache alone as well.
+together. On the Xeon, 16 like tables of 1.4 MB touched each ran 1.18 times their 16 ops alone and 24
+ran 1.38 times, where the committed model said 0.98 and 1.21 (``bench/like_tables.py``); the crowded
+mixes draw half their tables from the large ones, whose rows leave the cache alone as well.
 
 Each recipe (:data:`RECIPES`) draws a set from a pool the caller has filtered
 (``shardplan collect hot-mixes`` / ``crowded-mixes`` leave out every table of

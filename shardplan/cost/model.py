@@ -381,7 +381,8 @@ class NeuralCostModel:
         unseen ranks are ranks the kernel runs 1.3-1.6 times their shards alone, which the one factor
         prices at 1.0-1.3 (``bench/rank_parts.py``, session 88), and one factor slows a shard whose rows
         stay cached while its table runs alone as much as one whose rows never do. A candidate (session
-        89; ``docs/cost-model.md``, "Time in parts").
+        89): on the Xeon two parts fit as well as one and move those misses by 1-6 points, none inside
+        15% (``docs/cost-model.md``, "Time in parts; many moderate tables").
 
         ``init`` (a fitted model of the same network shape) is where training starts: its weights, its
         feature scaling and its random sets' offset, in place of a seeded draw and this data's scaling.

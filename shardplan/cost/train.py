@@ -199,9 +199,10 @@ def train_and_report(profile: Profile, epochs: int = 300, seed: int = 0, data_di
     ``train_decompositions``. ``hot_mixes``: also
     learn ``compute-hot-mixes.parquet`` (:mod:`collect_hot`), neighbour-calibrated sets at plan ranks' level,
     each counted as a plan rank; held out by the random split (a candidate); ``crowded_mixes`` the same of
-    ``compute-crowded-mixes.parquet``, ``moderate_mixes`` of ``compute-moderate-mixes.parquet``. ``long_ranks``: plan ranks count
-    more the longer they are (:func:`rank_weights`; a candidate). ``slowdown_window_s``: the labels' divisor
-    smoothed over that window (:mod:`.labels`) in place of the profile's own choice (a candidate). ``retimes``:
+    ``compute-crowded-mixes.parquet``, ``moderate_mixes`` of ``compute-moderate-mixes.parquet``.
+    ``long_ranks``: plan ranks count more the longer they are (:func:`rank_weights`; a candidate).
+    ``slowdown_window_s``: the labels' divisor smoothed over that window (:mod:`.labels`) in place of the
+    profile's own choice (a candidate). ``retimes``:
     the random sets and plan ranks timed again under ``data_dir/retimes/`` are labelled by the median of their
     timings (:func:`.labels.repeated_labels`; a CPU profile's candidate). ``init``: training starts from that
     profile's committed model (``NeuralCostModel.fit``'s ``init``), which must be of this host's device and of
