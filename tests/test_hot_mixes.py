@@ -179,3 +179,17 @@ def test_plan_ranks_join_training_copy_after_copy_and_long_ones_more(tmp_path, m
     extra = weights.sum() - train.RANK_SAMPLE_WEIGHT * len(kept)
     assert extra > 0  # some of the synthetic ranks are long
     assert seen[True][:len(seen[False])] == seen[False] and len(seen[True]) == len(seen[False]) + extra
+
+
+def test_committed_crowded_and_moderate_mixes_are_what_the_seeded_draws_give():
+    from conftest import ROOT
+    from shardplan.cli import COLLECT_POOLS
+    from shardplan.pools import load_pool
+
+    prof = get_profile("cpu-2c-xeon")
+    for recipe, draw, suites in (("crowded", crowded_mix_sample, "abc"), ("moderate", moderate_mix_sample, "abcd")):
+        held_out = suite_table_names([ROOT / "data" / "tasks" / f"unseen-{x}" for x in suites])
+        pool = [t for name in COLLECT_POOLS for t in load_pool(name) if t.name not in held_out]
+        rows = pd.read_parquet(prof.dir / f"compute-{recipe}-mixes.parquet", columns=["seed", "sample", "shards"])
+        for seed, sample, shards in rows.head(12).itertuples(index=False):
+            assert draw(np.random.default_rng([int(seed), int(sample)]), pool, prof) == specs_from_json(shards)

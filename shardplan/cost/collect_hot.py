@@ -40,6 +40,7 @@ import datetime as _dt
 import json
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -119,16 +120,12 @@ def hot_mix_sample(rng: np.random.Generator, pool: list[Table], profile: Profile
     return specs
 
 
-def crowded_mix_sample(rng: np.random.Generator, pool: list[Table], profile: Profile) -> list[ShardSpec]:
-    """8-30 whole tables at one batch size, each drawn from the large ones (at least ``HOT_MIN_ROWS`` rows)
-    with probability ``CROWDED_LARGE_SHARE`` and from the rest otherwise, at dims drawn as the random sets'
-    are; a table that would take the set past ``CROWDED_MAX_TOUCHED`` bytes touched a batch,
-    ``CROWDED_MAX_HELD`` bytes held or the scaled lookup budget is passed over, each table at most once."""
-    big = [t for t in pool if t.num_embeddings >= HOT_MIN_ROWS]
-    rest = [t for t in pool if t.num_embeddings < HOT_MIN_ROWS]
-    if not (big and rest):
-        raise ValueError("the pool needs large and smaller tables to draw crowded mixes from")
-    batch = int(rng.choice(CROWDED_BATCHES))
+def _whole_tables(rng: np.random.Generator, profile: Profile, batch: int, pick: Callable[[], Table],
+                  max_table_touched: float = np.inf) -> list[ShardSpec]:
+    """8-30 whole tables at ``batch``, each from ``pick`` at a dim drawn as the random sets' are; a table that
+    touches over ``max_table_touched`` bytes of rows a batch on its own, or would take the set past
+    ``CROWDED_MAX_TOUCHED`` bytes touched, ``CROWDED_MAX_HELD`` held or the scaled lookup budget, is passed
+    over, each table at most once (the crowded and moderate mixes' common draw)."""
     n = int(rng.integers(CROWDED_SHARDS[0], CROWDED_SHARDS[1] + 1))
     p = np.array(COLLECT_DIM_WEIGHTS, dtype=float) / sum(COLLECT_DIM_WEIGHTS)
     max_floats = CROWDED_LOOKUP_SCALE * profile.max_sample_lookup_floats
@@ -137,44 +134,39 @@ def crowded_mix_sample(rng: np.random.Generator, pool: list[Table], profile: Pro
     for _ in range(20 * n):
         if len(specs) == n:
             break
-        tables = big if rng.random() < CROWDED_LARGE_SHARE else rest
-        t, cols = tables[int(rng.integers(len(tables)))], int(rng.choice(COLLECT_DIMS, p=p))
-        spec = _spec(t, cols, batch, profile.max_rows)
+        t = pick()
+        spec = _spec(t, int(rng.choice(COLLECT_DIMS, p=p)), batch, profile.max_rows)
         t_bytes, h_bytes = touched_bytes([spec]), weight_bytes([spec])
-        f = batch * t.pooling_factor * cols
-        if (any(s.table == t.name for s in specs) or touched + t_bytes > CROWDED_MAX_TOUCHED
-                or held + h_bytes > CROWDED_MAX_HELD or floats + f > max_floats):
-            continue
-        specs.append(spec)
-        touched, held, floats = touched + t_bytes, held + h_bytes, floats + f
-    return specs
-
-
-def moderate_mix_sample(rng: np.random.Generator, pool: list[Table], profile: Profile) -> list[ShardSpec]:
-    """8-30 whole tables at one batch size, each touching at most ``MODERATE_MAX_SHARD_TOUCHED`` bytes of
-    rows a batch at the dim drawn for it (dims as the random sets'); a table that would take the set past
-    ``CROWDED_MAX_TOUCHED`` bytes touched, ``CROWDED_MAX_HELD`` held or the scaled lookup budget is passed
-    over, each table at most once."""
-    batch = int(rng.choice(MODERATE_BATCHES))
-    n = int(rng.integers(CROWDED_SHARDS[0], CROWDED_SHARDS[1] + 1))
-    p = np.array(COLLECT_DIM_WEIGHTS, dtype=float) / sum(COLLECT_DIM_WEIGHTS)
-    max_floats = CROWDED_LOOKUP_SCALE * profile.max_sample_lookup_floats
-    specs: list[ShardSpec] = []
-    touched = held = floats = 0.0
-    for _ in range(20 * n):
-        if len(specs) == n:
-            break
-        t, cols = pool[int(rng.integers(len(pool)))], int(rng.choice(COLLECT_DIMS, p=p))
-        spec = _spec(t, cols, batch, profile.max_rows)
-        t_bytes, h_bytes = touched_bytes([spec]), weight_bytes([spec])
-        f = batch * t.pooling_factor * cols
-        if (t_bytes > MODERATE_MAX_SHARD_TOUCHED or any(s.table == t.name for s in specs)
+        f = batch * t.pooling_factor * spec.cols
+        if (t_bytes > max_table_touched or any(s.table == t.name for s in specs)
                 or touched + t_bytes > CROWDED_MAX_TOUCHED or held + h_bytes > CROWDED_MAX_HELD
                 or floats + f > max_floats):
             continue
         specs.append(spec)
         touched, held, floats = touched + t_bytes, held + h_bytes, floats + f
     return specs
+
+
+def crowded_mix_sample(rng: np.random.Generator, pool: list[Table], profile: Profile) -> list[ShardSpec]:
+    """8-30 whole tables at one batch size (:func:`_whole_tables`), each drawn from the large ones (at least
+    ``HOT_MIN_ROWS`` rows) with probability ``CROWDED_LARGE_SHARE`` and from the rest otherwise."""
+    big = [t for t in pool if t.num_embeddings >= HOT_MIN_ROWS]
+    rest = [t for t in pool if t.num_embeddings < HOT_MIN_ROWS]
+    if not (big and rest):
+        raise ValueError("the pool needs large and smaller tables to draw crowded mixes from")
+
+    def pick() -> Table:
+        tables = big if rng.random() < CROWDED_LARGE_SHARE else rest
+        return tables[int(rng.integers(len(tables)))]
+
+    return _whole_tables(rng, profile, int(rng.choice(CROWDED_BATCHES)), pick)
+
+
+def moderate_mix_sample(rng: np.random.Generator, pool: list[Table], profile: Profile) -> list[ShardSpec]:
+    """8-30 whole tables at one batch size (:func:`_whole_tables`) from the whole pool, each touching at most
+    ``MODERATE_MAX_SHARD_TOUCHED`` bytes of rows a batch at the dim drawn for it."""
+    return _whole_tables(rng, profile, int(rng.choice(MODERATE_BATCHES)),
+                         lambda: pool[int(rng.integers(len(pool)))], MODERATE_MAX_SHARD_TOUCHED)
 
 
 # recipe -> (drawing, id seed base, the rows' source)
