@@ -2,8 +2,8 @@
 
 A plan rank of many tables that each fit the cache alone is the kind the model prices lowest on the
 Xeon (TorchRec's `unseen-c-06` rank 0: 28 shards at batch 1,024, 26 of them touching under 4 MB of
-rows a batch, a median 0.17 MB, 21 MB together). This takes the shape apart with one table repeated: ``--counts`` sets of N tables of the
-same rows, dim, pooling and Zipf exponent (each its own table name, so each scatters its hot rows
+rows a batch, a median 0.17 MB, 21 MB together). This takes the shape apart with one table
+repeated: ``--counts`` sets of N tables of the same rows, dim, pooling and Zipf exponent (each its own table name, so each scatters its hot rows
 elsewhere), every set whole and every table alone, timed in turns as the cost labels are
 (``rank_drift.time_in_turns``: one FBGEMM op, the profile's warm-up and timed iterations, divided by
 the reference's slowdown). The whole over the sum of its tables alone stays near or under 1 while the
