@@ -1,17 +1,16 @@
 """N like tables in one op against the same N each alone: where a set stops fitting the cache.
 
-A plan rank of many tables that each fit the cache alone is the kind the model prices lowest on the
-Xeon (TorchRec's `unseen-c-06` rank 0: 28 shards at batch 1,024, 26 of them touching under 4 MB of
-rows a batch, a median 0.17 MB, 21 MB together). This takes the shape apart with one table
-repeated: ``--counts`` sets of N tables of the same rows, dim, pooling and Zipf exponent (each its own table name, so each scatters its hot rows
-elsewhere), every set whole and every table alone, timed in turns as the cost labels are
-(``rank_drift.time_in_turns``: one FBGEMM op, the profile's warm-up and timed iterations, divided by
-the reference's slowdown). The whole over the sum of its tables alone stays near or under 1 while the
-set's rows touched fit the cache (one op's fixed costs are shared) and climbs once they do not, each
-table's rows having stayed cached between calls when it ran alone. Measured: real FBGEMM CPU kernel
-times; predicted: the committed neural model of the profile (and ``--model``, a candidate's file), its
-whole over its own price of the tables alone. Prints a table and writes
-``bench/results/like-tables-<name>.{md,csv}``.
+A plan rank of many tables that each fit the cache alone is the kind the model prices lowest on the Xeon
+(TorchRec's `unseen-c-06` rank 0: 28 shards at batch 1,024, 26 of them touching under 4 MB of rows a batch, a
+median 0.17 MB, 21 MB together). This takes the shape apart with one table repeated: ``--counts`` sets of N
+tables of the same rows, dim, pooling and Zipf exponent (each its own table name, so each scatters its hot
+rows elsewhere), every set whole and every table alone, timed in turns as the cost labels are
+(``rank_drift.time_in_turns``: one FBGEMM op, the profile's warm-up and timed iterations, divided by the
+reference's slowdown). The whole over the sum of its tables alone stays near or under 1 while the set's rows
+touched fit the cache (one op's fixed costs are shared) and climbs once they do not, each table's rows having
+stayed cached between calls when it ran alone. Measured: real FBGEMM CPU kernel times; predicted: the
+committed neural model of the profile (and ``--model``, a candidate's file), its whole over its own price of
+the tables alone. Prints a table and writes ``bench/results/like-tables-<name>.{md,csv}``.
 
     MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 taskset -c 1 .venv/bin/python \\
       bench/like_tables.py --profile cpu-2c-xeon --rows 200000 --cols 32 --pooling 20 --alpha 0.9 \\
