@@ -77,11 +77,12 @@ class _SetNet(nn.Module):
         super().__init__()
         self.code = code
         self.components = components
+        self.time_width = 2 * components  # own-time parts per shard: K fwd, then K bwd; as many log factors
         self.context_code = context_code
         self.encoder = nn.Sequential(
             nn.Linear(n_features, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(),
             nn.Linear(hidden, code))
-        self.shard_time = nn.Linear(code, 2 * components)  # fwd parts, then bwd parts
+        self.shard_time = nn.Linear(code, self.time_width)
         # With ``totals`` (the feature scaling's mean and std), each code also carries the shard's raw
         # amounts of TOTAL_FEATURES, so a set's summed code holds its totals for the context to read.
         self.n_totals = len(TOTAL_FEATURES) if totals is not None else 0
@@ -91,7 +92,7 @@ class _SetNet(nn.Module):
             self.register_buffer("total_std", torch.as_tensor(np.asarray(totals[1])[idx], dtype=torch.float32))
             self.total_index = idx
         n_context = (code if context_code == "free" else 0) + 1 + self.n_totals
-        n_out = 2 * components + 2  # log factors (fwd parts, bwd parts), log overheads (fwd, bwd)
+        n_out = self.time_width + 2  # log factors (fwd parts, bwd parts), log overheads (fwd, bwd)
         self.context = nn.Sequential(nn.Linear(n_context, hidden), nn.SiLU(), nn.Linear(hidden, n_out))
         if context_code == "banded":
             self.code_context = nn.Sequential(nn.Linear(code + 1 + self.n_totals, hidden), nn.SiLU(),
@@ -133,7 +134,7 @@ class _SetNet(nn.Module):
         out = self.context(inputs[:, self.code:])
         if self.context_code == "banded":
             z = self.code_context(inputs)
-            k = 2 * self.components
+            k = self.time_width
             out = out + torch.cat([CODE_BAND * torch.tanh(z[:, :k]), z[:, k:]], dim=1)
         return out
 
@@ -144,7 +145,7 @@ class _SetNet(nn.Module):
         ctx = self.raw_context(code_sum, count)
         if bounded and self.context_bounds is not None:
             ctx = torch.clamp(ctx, *self.context_bounds)
-        k = 2 * self.components
+        k = self.time_width
         log_factor, log_overhead = ctx[:, :k], ctx[:, k:]
         work = torch.log(time_sum + 1e-9) + log_factor
         if self.components > 1:  # each head's parts, each at its own factor, add

@@ -147,7 +147,8 @@ class Placer:
         return self.encode(specs)[1].sum(axis=1)
 
     def unit_inputs(self, units: list[Unit]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Each unit's code, own (fwd, bwd) times and bytes, as it would sit on a rank."""
+        """Each unit's code, own times (the model's ``time_width`` parts: fwd, then bwd) and bytes, as it would
+        sit on a rank."""
         if not units:
             return (np.zeros((0, self.model.code_width), np.float32), np.zeros((0, self.model.time_width), np.float32),
                     np.zeros(0))
